@@ -1,0 +1,83 @@
+# cython: language_level=3
+"""Typed face of the core for the other Cython modules (controller, drafters).
+
+They cimport these classes and call the ``cdef`` methods without Python in the
+loop; only this module links libllama.
+"""
+from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
+from libcpp.vector cimport vector
+from ._llama cimport (
+    llama_model, llama_vocab, llama_context, llama_memory_t, llama_batch,
+    llama_token, llama_pos, llama_seq_id,
+)
+
+
+cdef class Model:
+    cdef llama_model * model
+    cdef const llama_vocab * vocab
+    cdef readonly str path
+    cdef readonly str arch
+    cdef readonly int n_vocab
+    cdef readonly int n_embd
+    cdef readonly int n_embd_out
+    cdef readonly int n_layer
+    cdef readonly int n_layer_nextn
+    cdef readonly bint mtp_loaded
+    cdef readonly bint is_recurrent
+    cdef readonly bint is_hybrid
+    cdef readonly bint use_extra_bufts
+    cdef int _n_contexts
+
+    cdef int _alive(self) except -1
+    cdef int _check_token(self, object tok) except -1
+    cdef bint is_eog_c(self, llama_token tok) noexcept nogil
+    cdef int piece_c(self, llama_token tok, char * buf, int size) noexcept nogil
+
+
+cdef class Batch:
+    cdef llama_batch b
+    cdef readonly int capacity
+    cdef readonly int n_embd
+    cdef readonly int n_seq_max
+
+    cdef int add_c(self, llama_token tok, llama_pos pos, llama_seq_id seq, bint output) except -1 nogil
+    cdef int add_embd_c(self, llama_token tok, llama_pos pos, llama_seq_id seq, bint output,
+                        const float * row) except -1 nogil
+    cdef inline void clear_c(self) noexcept nogil:
+        self.b.n_tokens = 0
+
+
+cdef class Context:
+    cdef llama_context * ctx
+    cdef llama_memory_t mem
+    cdef readonly Model model
+    cdef readonly int n_ctx
+    cdef readonly int n_ctx_seq
+    cdef readonly int n_batch
+    cdef readonly int n_ubatch
+    cdef readonly int n_seq_max
+    cdef readonly int n_rs_seq
+    cdef readonly int n_threads
+    cdef readonly bint is_mtp
+    cdef readonly int n_vocab
+    cdef int _nextn             # 0 off, 1 masked, 2 dense
+    cdef int _n_embd_in         # row width of embd input for this context type
+    cdef int _last_n_tokens
+    cdef vector[int8_t] _last_out
+    cdef vector[int32_t] _rs_budget  # per seq: how far the last decode can still be rolled back
+    cdef bint _needs_rs_guard
+    cdef int _busy
+    cdef bint _interrupt
+
+    cdef int _enter(self) except -1
+    cdef void _leave(self) noexcept
+    cdef int _alive(self) except -1
+    cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
+    cdef int _row_index(self, int i, str what) except -1
+    cdef int decode_c(self, Batch batch) except -1
+    cdef float * logits_c(self, int i) noexcept nogil
+    cdef float * nextn_c(self, int i) noexcept nogil
+    cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1
+    cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil
+    cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1
+    cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1

@@ -1,0 +1,1124 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The core: a thin, fast and safe face of libllama.
+
+Every check that keeps llama.cpp from aborting the process lives here, before
+the call: ``GGML_ASSERT`` ends in ``abort()``, which Python cannot catch.
+The core knows nothing of speculation; the controller and the drafters build
+on its typed methods (see ``_core.pxd``).
+"""
+from cpython.buffer cimport PyBUF_WRITABLE
+from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memcpy
+from libcpp.vector cimport vector
+from libcpp.string cimport string
+from libcpp cimport bool as cbool
+
+from ._llama cimport *
+
+cimport cython
+import collections
+import logging
+import os
+import threading
+
+import numpy as np
+
+# --------------------------------------------------------------------------------------
+# logging: llama.cpp's log goes to the ``specdec.llama`` logger, quiet unless configured
+# --------------------------------------------------------------------------------------
+
+_log = logging.getLogger("specdec.llama")
+_log.addHandler(logging.NullHandler())
+_LEVELS = {GGML_LOG_LEVEL_DEBUG: logging.DEBUG, GGML_LOG_LEVEL_INFO: logging.INFO,
+           GGML_LOG_LEVEL_WARN: logging.WARNING, GGML_LOG_LEVEL_ERROR: logging.ERROR}
+_log_state = {"level": logging.INFO, "parts": []}
+# recent warnings and errors, quoted in exceptions so a failed load says why
+_recent = collections.deque(maxlen=8)
+_recent_lock = threading.Lock()
+
+
+@cython.wraparound(True)
+def _emit(int level, bytes text):
+    if level != GGML_LOG_LEVEL_CONT:
+        _log_state["level"] = _LEVELS.get(level, logging.DEBUG)
+    parts = _log_state["parts"]
+    parts.append(text.decode("utf-8", "replace"))
+    if not parts[-1].endswith("\n"):
+        return
+    msg = "".join(parts).rstrip("\n")
+    parts.clear()
+    lvl = _log_state["level"]
+    if lvl >= logging.WARNING:
+        with _recent_lock:
+            _recent.append(msg.strip())
+    if _log.isEnabledFor(lvl):
+        _log.log(lvl, "%s", msg)
+
+
+cdef void _log_callback(ggml_log_level level, const char * text, void * ud) noexcept nogil:
+    with gil:
+        try:
+            _emit(<int>level, <bytes>text)
+        except BaseException:
+            pass
+
+
+@cython.wraparound(True)
+def _recent_errors():
+    with _recent_lock:
+        msgs = [m for m in _recent if m]
+        _recent.clear()
+    return "; ".join(msgs[-3:])
+
+
+def _clear_recent():
+    with _recent_lock:
+        _recent.clear()
+
+
+llama_log_set(_log_callback, NULL)
+llama_backend_init()
+
+
+def system_info() -> str:
+    """The CPU features ggml was built with (AVX2, AVX512, AMX ...)."""
+    return llama_print_system_info().decode()
+
+
+def mtp_available() -> bool:
+    """Whether this build exposes llama.cpp's nextn (MTP) API.
+
+    The core is compiled against ``src/llama-ext.h`` of the pinned tree, so the
+    functions are linked in; a build without them would fail to link, not run.
+    """
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# architecture facts (from the pinned tree: src/llama-arch.cpp, src/models/*)
+# --------------------------------------------------------------------------------------
+
+#: archs whose graph has an MTP (DECODER_MTP) path
+MTP_ARCHS = frozenset({
+    "qwen35", "qwen35moe", "qwen3next", "deepseek2", "deepseek32", "deepseek4", "glm4moe",
+    "glm-dsa", "glm5-next", "step35", "mimo2", "hy_v3", "cohere2moe", "bailingmoe3",
+    "nemotron_h_moe",
+})
+#: of those, the archs whose MTP graph handles several chained heads
+MTP_MULTI_HEAD_ARCHS = frozenset({
+    "step35", "mimo2", "hy_v3", "glm4moe", "glm-dsa", "deepseek32", "bailingmoe3",
+})
+#: recurrent/hybrid archs with bounded partial rollback (n_rs_seq); llm_arch_supports_rs_rollback
+RS_ROLLBACK_ARCHS = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
+})
+
+
+class ContextFullError(ValueError):
+    """The sequence would grow past the context size (``n_ctx``)."""
+
+
+class DecodeError(RuntimeError):
+    """llama.cpp refused or failed a decode; the context stays usable."""
+
+
+class ContextBusyError(RuntimeError):
+    """A context (or model) was used from a second thread while in use."""
+
+
+cdef _check_positive(str name, value):
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value}")
+    return value
+
+
+cdef bytes _text_bytes(text):
+    if isinstance(text, str):
+        return (<str>text).encode("utf-8", "surrogatepass")
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    raise TypeError(f"text must be str or bytes, got {type(text).__name__}")
+
+
+def _check_gguf_file(path: str) -> None:
+    """Reject what is plainly not a GGUF before llama.cpp opens it."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(24)
+    if len(head) < 4 or head[:4] != b"GGUF":
+        raise ValueError(f"not a GGUF file (bad magic {head[:4]!r}): {path}")
+    if len(head) < 24:
+        raise ValueError(f"truncated GGUF file ({size} bytes): {path}")
+    version = int.from_bytes(head[4:8], "little")
+    if version not in (2, 3):
+        raise ValueError(f"unsupported GGUF version {version}: {path}")
+    n_tensors = int.from_bytes(head[8:16], "little")
+    n_kv = int.from_bytes(head[16:24], "little")
+    # every tensor info and kv pair takes at least a dozen bytes: a cheap sanity bound
+    if n_tensors > size // 8 or n_kv > size // 8:
+        raise ValueError(f"corrupt GGUF header (n_tensors={n_tensors}, n_kv={n_kv}, "
+                         f"file size {size}): {path}")
+
+
+# --------------------------------------------------------------------------------------
+# zero-copy views
+# --------------------------------------------------------------------------------------
+
+cdef class _FloatRows:
+    """Read-only buffer over llama.cpp memory; keeps its owner alive."""
+    cdef object owner
+    cdef float * ptr
+    cdef Py_ssize_t shape[2]
+    cdef Py_ssize_t strides[2]
+    cdef int ndim
+
+    def __getbuffer__(self, Py_buffer * buf, int flags):
+        if flags & PyBUF_WRITABLE:
+            raise BufferError("llama.cpp output views are read-only")
+        buf.buf = <void *> self.ptr
+        buf.obj = self
+        buf.len = self.shape[0] * (self.shape[1] if self.ndim == 2 else 1) * sizeof(float)
+        buf.readonly = 1
+        buf.itemsize = sizeof(float)
+        buf.format = b"f"
+        buf.ndim = self.ndim
+        buf.shape = self.shape
+        buf.strides = self.strides
+        buf.suboffsets = NULL
+        buf.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer * buf):
+        pass
+
+
+cdef object _view(object owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
+    cdef _FloatRows v = _FloatRows.__new__(_FloatRows)
+    v.owner = owner
+    v.ptr = ptr
+    if rows < 0:
+        v.ndim = 1
+        v.shape[0] = cols
+        v.strides[0] = sizeof(float)
+    else:
+        v.ndim = 2
+        v.shape[0] = rows
+        v.shape[1] = cols
+        v.strides[0] = cols * sizeof(float)
+        v.strides[1] = sizeof(float)
+    return np.asarray(v)
+
+
+# --------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------
+
+cdef class Model:
+    """A GGUF model loaded through libllama: metadata and tokenizer.
+
+    ``load_mtp`` loads the MTP (NextN) layers that MTP contexts need; without it
+    llama.cpp would abort when such a context is created, so ``Context`` checks.
+    ``use_extra_bufts=False`` drops the repacked weight layouts (slower, but the
+    same kernels for batched and single-token matmuls).
+    """
+
+    def __cinit__(self):
+        self.model = NULL
+        self.vocab = NULL
+
+    def __init__(self, path, *, int n_gpu_layers=0, bint use_mmap=True, bint load_mtp=False,
+                 bint use_extra_bufts=True, bint vocab_only=False):
+        if self.model != NULL:
+            raise RuntimeError("Model is already initialised")
+        path = os.fspath(path)
+        if not isinstance(path, str):
+            path = os.fsdecode(path)
+        _check_gguf_file(path)
+        cdef llama_model_params p = llama_model_default_params()
+        p.n_gpu_layers = n_gpu_layers
+        p.load_mode = LLAMA_LOAD_MODE_MMAP if use_mmap else LLAMA_LOAD_MODE_NONE
+        p.load_mtp = load_mtp
+        p.use_extra_bufts = use_extra_bufts
+        p.vocab_only = vocab_only
+        cdef bytes bpath = os.fsencode(path)
+        cdef const char * cpath = bpath
+        _clear_recent()
+        with nogil:
+            self.model = llama_model_load_from_file(cpath, p)
+        if self.model == NULL:
+            why = _recent_errors()
+            raise ValueError(f"failed to load model {path}" + (f": {why}" if why else ""))
+        self.vocab = llama_model_get_vocab(self.model)
+        self.path = path
+        self.arch = self.meta("general.architecture") or ""
+        self.n_vocab = llama_vocab_n_tokens(self.vocab)
+        self.n_embd = llama_model_n_embd(self.model)
+        self.n_embd_out = llama_model_n_embd_out(self.model)
+        self.n_layer = llama_model_n_layer(self.model)
+        self.n_layer_nextn = llama_model_n_layer_nextn(self.model)
+        self.mtp_loaded = bool(load_mtp) and self.n_layer_nextn > 0
+        self.is_recurrent = llama_model_is_recurrent(self.model)
+        self.is_hybrid = llama_model_is_hybrid(self.model)
+        self.use_extra_bufts = use_extra_bufts
+        if self.n_vocab <= 0:
+            llama_model_free(self.model)
+            self.model = NULL
+            raise ValueError(f"model has no vocabulary: {path}")
+
+    def __dealloc__(self):
+        if self.model != NULL:
+            llama_model_free(self.model)
+            self.model = NULL
+
+    def __repr__(self):
+        return (f"Model({os.path.basename(self.path or '')!r}, arch={self.arch!r}, "
+                f"n_vocab={self.n_vocab}, n_layer={self.n_layer}, n_layer_nextn={self.n_layer_nextn})")
+
+    cdef int _alive(self) except -1:
+        if self.model == NULL:
+            raise RuntimeError("Model is not loaded")
+        return 0
+
+    # --- metadata ---------------------------------------------------------------------
+
+    def meta(self, key: str):
+        """A GGUF metadata value as a string, or None."""
+        self._alive()
+        cdef bytes k = key.encode()
+        cdef vector[char] buf = vector[char](256)
+        cdef int32_t n = llama_model_meta_val_str(self.model, k, buf.data(), buf.size())
+        if n < 0:
+            return None
+        if n >= <int32_t>buf.size():
+            buf.resize(n + 1)
+            n = llama_model_meta_val_str(self.model, k, buf.data(), buf.size())
+        return buf.data()[:n].decode("utf-8", "replace")
+
+    @property
+    def description(self) -> str:
+        self._alive()
+        cdef char buf[256]
+        n = llama_model_desc(self.model, buf, sizeof(buf))
+        return buf[:max(0, min(n, 255))].decode("utf-8", "replace")
+
+    @property
+    def n_ctx_train(self) -> int:
+        self._alive()
+        return llama_model_n_ctx_train(self.model)
+
+    @property
+    def n_swa(self) -> int:
+        self._alive()
+        return llama_model_n_swa(self.model)
+
+    @property
+    def size(self) -> int:
+        self._alive()
+        return llama_model_size(self.model)
+
+    @property
+    def n_params(self) -> int:
+        self._alive()
+        return llama_model_n_params(self.model)
+
+    @property
+    def chat_template(self):
+        self._alive()
+        cdef const char * t = llama_model_chat_template(self.model, NULL)
+        return None if t == NULL else t.decode("utf-8", "replace")
+
+    @property
+    def has_mtp_graph(self) -> bool:
+        """The architecture has an MTP graph in llama.cpp and the file has NextN layers."""
+        return self.arch in MTP_ARCHS and self.n_layer_nextn > 0
+
+    @property
+    def supports_mtp(self) -> bool:
+        """An MTP context can be created on this model (graph present and layers loaded)."""
+        return self.has_mtp_graph and self.mtp_loaded
+
+    @property
+    def supports_partial_rollback(self) -> bool:
+        """Tail tokens can be removed from a sequence (attention KV, or n_rs_seq snapshots)."""
+        if not (self.is_recurrent or self.is_hybrid):
+            return True
+        return self.arch in RS_ROLLBACK_ARCHS
+
+    # --- tokenizer --------------------------------------------------------------------
+
+    @property
+    def bos(self) -> int:
+        return llama_vocab_bos(self.vocab) if self.vocab != NULL else -1
+
+    @property
+    def eos(self) -> int:
+        return llama_vocab_eos(self.vocab) if self.vocab != NULL else -1
+
+    @property
+    def eot(self) -> int:
+        return llama_vocab_eot(self.vocab) if self.vocab != NULL else -1
+
+    @property
+    def nl(self) -> int:
+        return llama_vocab_nl(self.vocab) if self.vocab != NULL else -1
+
+    @property
+    def add_bos(self) -> bool:
+        self._alive()
+        return llama_vocab_get_add_bos(self.vocab)
+
+    @property
+    def eog_tokens(self) -> list:
+        """Every token that ends generation (EOS, EOT, and the like)."""
+        self._alive()
+        return [t for t in range(self.n_vocab) if llama_vocab_is_eog(self.vocab, t)]
+
+    cdef int _check_token(self, object tok) except -1:
+        if not isinstance(tok, (int, np.integer)) or isinstance(tok, bool):
+            raise TypeError(f"token ids must be ints, got {type(tok).__name__}")
+        if tok < 0 or tok >= self.n_vocab:
+            raise ValueError(f"token id {tok} out of range [0, {self.n_vocab})")
+        return 0
+
+    def is_eog(self, tok) -> bool:
+        self._alive()
+        self._check_token(tok)
+        return llama_vocab_is_eog(self.vocab, tok)
+
+    def is_control(self, tok) -> bool:
+        self._alive()
+        self._check_token(tok)
+        return llama_vocab_is_control(self.vocab, tok)
+
+    def token_text(self, tok) -> str:
+        """The vocabulary entry of a token (not its detokenized form)."""
+        self._alive()
+        self._check_token(tok)
+        cdef const char * t = llama_vocab_get_text(self.vocab, tok)
+        return "" if t == NULL else t.decode("utf-8", "replace")
+
+    cdef bint is_eog_c(self, llama_token tok) noexcept nogil:
+        return llama_vocab_is_eog(self.vocab, tok)
+
+    cdef int piece_c(self, llama_token tok, char * buf, int size) noexcept nogil:
+        return llama_token_to_piece(self.vocab, tok, buf, size, 0, False)
+
+    def tokenize(self, text, *, bint add_special=True, bint parse_special=False) -> list:
+        """Text (str or UTF-8 bytes) to token ids; ``add_special`` adds BOS where the model wants it."""
+        self._alive()
+        cdef bytes b = _text_bytes(text)
+        if len(b) > 0x3FFFFFFF:
+            raise ValueError("text too long to tokenize")
+        cdef int32_t n_max = len(b) + 8
+        cdef vector[llama_token] out = vector[llama_token](n_max)
+        cdef const char * cb = b
+        cdef int32_t blen = len(b)
+        cdef int32_t n
+        with nogil:
+            n = llama_tokenize(self.vocab, cb, blen, out.data(), n_max, add_special, parse_special)
+        if n < 0:
+            if n == -2147483648:
+                raise ValueError("tokenization overflow")
+            out.resize(-n)
+            with nogil:
+                n = llama_tokenize(self.vocab, cb, blen, out.data(), -n, add_special, parse_special)
+            if n < 0:
+                raise ValueError("tokenization failed")
+        return [out[i] for i in range(n)]
+
+    def token_to_piece(self, tok, *, bint special=False) -> bytes:
+        """The bytes a token stands for (may be a partial UTF-8 sequence)."""
+        self._alive()
+        self._check_token(tok)
+        cdef char buf[256]
+        cdef int n = llama_token_to_piece(self.vocab, tok, buf, sizeof(buf), 0, special)
+        if n < 0:
+            big = bytearray(-n)
+            n = llama_token_to_piece(self.vocab, tok, <char *>big, len(big), 0, special)
+            return bytes(big[:max(n, 0)])
+        return buf[:n]
+
+    def detokenize(self, tokens, *, bint remove_special=False, bint unparse_special=False) -> str:
+        """Token ids back to text (invalid UTF-8 is replaced)."""
+        self._alive()
+        cdef vector[llama_token] toks
+        for t in tokens:
+            self._check_token(t)
+            toks.push_back(t)
+        if toks.size() == 0:
+            return ""
+        cdef int32_t cap = <int32_t>toks.size() * 16 + 64
+        cdef vector[char] buf = vector[char](cap)
+        cdef int32_t n = llama_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), cap,
+                                          remove_special, unparse_special)
+        if n < 0:
+            buf.resize(-n)
+            n = llama_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), -n,
+                                 remove_special, unparse_special)
+        return buf.data()[:max(n, 0)].decode("utf-8", "replace")
+
+    def vocab_compatible(self, Model other) -> bool:
+        """Whether ``other`` can draft for this model: llama.cpp's rule (common/speculative.cpp).
+
+        Same vocab type, BOS/EOS ids and add-flags, sizes within 128, and the same
+        token text from id 5 on.
+        """
+        self._alive()
+        other._alive()
+        cdef const llama_vocab * a = self.vocab
+        cdef const llama_vocab * b = other.vocab
+        if llama_vocab_type_of(a) != llama_vocab_type_of(b):
+            return False
+        if (llama_vocab_get_add_bos(a) != llama_vocab_get_add_bos(b)
+                or llama_vocab_get_add_eos(a) != llama_vocab_get_add_eos(b)
+                or llama_vocab_bos(a) != llama_vocab_bos(b)
+                or llama_vocab_eos(a) != llama_vocab_eos(b)):
+            return False
+        cdef int na = llama_vocab_n_tokens(a), nb = llama_vocab_n_tokens(b)
+        if abs(na - nb) > 128:
+            return False
+        cdef int i
+        cdef const char * ta
+        cdef const char * tb
+        for i in range(5, min(na, nb)):
+            ta = llama_vocab_get_text(a, i)
+            tb = llama_vocab_get_text(b, i)
+            if (ta == NULL) != (tb == NULL):
+                return False
+            if ta != NULL and string(ta) != string(tb):
+                return False
+        return True
+
+
+# --------------------------------------------------------------------------------------
+# Batch
+# --------------------------------------------------------------------------------------
+
+cdef class Batch:
+    """Tokens, positions, sequence ids, output flags and optional embedding rows.
+
+    Allocated once for ``capacity`` entries and reused (``clear``). MTP batches
+    carry a token *and* an ``n_embd``-wide hidden row per entry.
+    """
+
+    def __cinit__(self):
+        self.b.n_tokens = 0
+        self.b.token = NULL
+        self.b.embd = NULL
+        self.b.pos = NULL
+        self.b.n_seq_id = NULL
+        self.b.seq_id = NULL
+        self.b.logits = NULL
+
+    def __init__(self, capacity, *, n_embd=0, n_seq_max=1):
+        _check_positive("capacity", capacity)
+        _check_positive("n_seq_max", n_seq_max)
+        if not isinstance(n_embd, int) or n_embd < 0:
+            raise ValueError(f"n_embd must be a non-negative int, got {n_embd!r}")
+        if self.b.token != NULL:
+            raise RuntimeError("Batch is already initialised")
+        self.capacity = capacity
+        self.n_embd = n_embd
+        self.n_seq_max = n_seq_max
+        self.b = llama_batch_init(capacity, 0, n_seq_max)
+        if n_embd > 0:
+            # llama_batch_init allocates token *or* embd; MTP rows need both (freed by llama_batch_free)
+            self.b.embd = <float *> malloc(<size_t>capacity * n_embd * sizeof(float))
+            if self.b.embd == NULL:
+                raise MemoryError()
+        self.b.n_tokens = 0
+
+    def __dealloc__(self):
+        if self.b.token != NULL:
+            llama_batch_free(self.b)
+            self.b.token = NULL
+
+    def __len__(self):
+        return self.b.n_tokens
+
+    @property
+    def n_tokens(self) -> int:
+        return self.b.n_tokens
+
+    def clear(self):
+        self.b.n_tokens = 0
+
+    cdef int add_c(self, llama_token tok, llama_pos pos, llama_seq_id seq, bint output) except -1 nogil:
+        cdef int i = self.b.n_tokens
+        if i >= self.capacity:
+            with gil:
+                raise ValueError(f"batch is full (capacity {self.capacity})")
+        cdef int8_t flag = 1 if output else 0
+        self.b.token[i] = tok
+        self.b.pos[i] = pos
+        self.b.n_seq_id[i] = 1
+        self.b.seq_id[i][0] = seq
+        self.b.logits[i] = flag
+        self.b.n_tokens = i + 1
+        return 0
+
+    cdef int add_embd_c(self, llama_token tok, llama_pos pos, llama_seq_id seq, bint output,
+                        const float * row) except -1 nogil:
+        cdef int i = self.b.n_tokens
+        self.add_c(tok, pos, seq, output)
+        memcpy(self.b.embd + <size_t>i * self.n_embd, row, self.n_embd * sizeof(float))
+        return 0
+
+    def add(self, token, pos, seq_ids=0, output=False, embd=None):
+        """Append one entry. ``seq_ids`` is an id or a list of ids; ``embd`` a row of ``n_embd`` floats."""
+        if not isinstance(token, (int, np.integer)) or isinstance(token, bool):
+            raise TypeError(f"token must be an int, got {type(token).__name__}")
+        if not isinstance(pos, (int, np.integer)) or isinstance(pos, bool):
+            raise TypeError(f"pos must be an int, got {type(pos).__name__}")
+        if not -2**31 <= token < 2**31 or not 0 <= pos < 2**31:
+            raise ValueError(f"token {token} / pos {pos} out of range")
+        seqs = [seq_ids] if isinstance(seq_ids, (int, np.integer)) else list(seq_ids)
+        if not 1 <= len(seqs) <= self.n_seq_max:
+            raise ValueError(f"an entry needs 1..{self.n_seq_max} sequence ids, got {len(seqs)}")
+        for s in seqs:
+            if not isinstance(s, (int, np.integer)) or s < 0 or s >= self.n_seq_max:
+                raise ValueError(f"sequence id {s!r} out of range [0, {self.n_seq_max})")
+        if (embd is None) != (self.n_embd == 0):
+            raise ValueError("this batch carries embedding rows: pass embd" if self.n_embd
+                             else "this batch has no embedding rows (n_embd=0)")
+        cdef float[::1] row
+        if embd is not None:
+            row = np.ascontiguousarray(embd, dtype=np.float32).reshape(-1)
+            if row.shape[0] != self.n_embd:
+                raise ValueError(f"embd row has {row.shape[0]} values, expected {self.n_embd}")
+            self.add_embd_c(token, pos, seqs[0], bool(output), &row[0])
+        else:
+            self.add_c(token, pos, seqs[0], bool(output))
+        cdef int i = self.b.n_tokens - 1
+        cdef int k
+        for k in range(len(seqs)):
+            self.b.seq_id[i][k] = seqs[k]
+        self.b.n_seq_id[i] = len(seqs)
+
+    def set_output(self, int i, bint value):
+        if i < 0:
+            i += self.b.n_tokens
+        if not 0 <= i < self.b.n_tokens:
+            raise IndexError(f"batch index {i} out of range")
+        cdef int8_t flag = 1 if value else 0
+        self.b.logits[i] = flag
+
+    @property
+    def tokens(self) -> list:
+        return [self.b.token[i] for i in range(self.b.n_tokens)]
+
+    @property
+    def positions(self) -> list:
+        return [self.b.pos[i] for i in range(self.b.n_tokens)]
+
+    @property
+    def outputs(self) -> list:
+        return [bool(self.b.logits[i]) for i in range(self.b.n_tokens)]
+
+
+# --------------------------------------------------------------------------------------
+# Context
+# --------------------------------------------------------------------------------------
+
+cdef cbool _abort_cb(void * data) noexcept nogil:
+    return (<bint *> data)[0]
+
+
+cdef class Context:
+    """A llama.cpp context: KV / recurrent memory and the decode loop's outputs.
+
+    ``kind="mtp"`` makes a context that runs the model's MTP head (its own KV,
+    NextN layers only). ``n_rs_seq`` keeps that many recurrent-state snapshots
+    per sequence so the last decode can be partly rolled back (qwen35 and kin).
+    ``nextn`` turns on the target's hidden states for MTP: ``"masked"`` (rows for
+    output tokens only) or ``"dense"`` (one row per batch entry).
+    """
+
+    def __cinit__(self):
+        self.ctx = NULL
+        self._busy = 0
+        self._interrupt = False
+
+    def __init__(self, Model model not None, *, n_ctx=4096, n_batch=512, n_ubatch=None,
+                 n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0,
+                 nextn=None, flash_attn=None, swa_full=True, kv_unified=None,
+                 n_outputs_max=0):
+        if self.ctx != NULL:
+            raise RuntimeError("Context is already initialised")
+        model._alive()
+        _check_positive("n_ctx", n_ctx)
+        _check_positive("n_batch", n_batch)
+        n_ubatch = n_batch if n_ubatch is None else n_ubatch
+        _check_positive("n_ubatch", n_ubatch)
+        _check_positive("n_seq_max", n_seq_max)
+        n_threads = n_threads if n_threads is not None else default_threads()
+        _check_positive("n_threads", n_threads)
+        n_threads_batch = n_threads if n_threads_batch is None else n_threads_batch
+        _check_positive("n_threads_batch", n_threads_batch)
+        if not isinstance(n_rs_seq, int) or n_rs_seq < 0:
+            raise ValueError(f"n_rs_seq must be a non-negative int, got {n_rs_seq!r}")
+        if n_seq_max > 256:
+            raise ValueError(f"n_seq_max must be at most 256, got {n_seq_max}")
+        if kind not in ("default", "mtp"):
+            raise ValueError(f"kind must be 'default' or 'mtp', got {kind!r}")
+        if nextn not in (None, "masked", "dense"):
+            raise ValueError(f"nextn must be None, 'masked' or 'dense', got {nextn!r}")
+        is_mtp = kind == "mtp"
+        if is_mtp or nextn is not None:
+            self._check_mtp_model(model, is_mtp)
+        if n_rs_seq > 0:
+            if not (model.is_recurrent or model.is_hybrid):
+                raise ValueError(f"n_rs_seq applies to recurrent/hybrid models; {model.arch!r} "
+                                 "rolls back its attention KV without it")
+            if model.arch not in RS_ROLLBACK_ARCHS:
+                raise ValueError(f"architecture {model.arch!r} has no partial recurrent rollback "
+                                 "(n_rs_seq); use state checkpoints")
+            if is_mtp:
+                raise ValueError("n_rs_seq is for the target context; the MTP context is plain KV")
+        if n_ctx > 1 << 24 or n_batch > 1 << 20:
+            raise ValueError("n_ctx / n_batch unreasonably large")
+
+        cdef llama_context_params p = llama_context_default_params()
+        p.n_ctx = n_ctx
+        p.n_batch = n_batch
+        p.n_ubatch = min(n_ubatch, n_batch)
+        p.n_seq_max = n_seq_max
+        p.n_rs_seq = n_rs_seq
+        p.n_outputs_max = n_outputs_max
+        p.n_threads = n_threads
+        p.n_threads_batch = n_threads_batch
+        p.ctx_type = LLAMA_CONTEXT_TYPE_MTP if is_mtp else LLAMA_CONTEXT_TYPE_DEFAULT
+        p.no_perf = False
+        p.swa_full = swa_full
+        if kv_unified is not None:
+            p.kv_unified = kv_unified
+        if flash_attn is not None:
+            p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
+        p.abort_callback = _abort_cb
+        p.abort_callback_data = <void *> &self._interrupt
+        _clear_recent()
+        with nogil:
+            self.ctx = llama_init_from_model(model.model, p)
+        if self.ctx == NULL:
+            why = _recent_errors()
+            raise ValueError("failed to create the context" + (f": {why}" if why else ""))
+        self.model = model
+        self.mem = llama_get_memory(self.ctx)
+        self.n_ctx = llama_n_ctx(self.ctx)
+        self.n_ctx_seq = llama_n_ctx_seq(self.ctx)
+        self.n_batch = llama_n_batch(self.ctx)
+        self.n_ubatch = llama_n_ubatch(self.ctx)
+        self.n_seq_max = llama_n_seq_max(self.ctx)
+        self.n_rs_seq = llama_n_rs_seq(self.ctx)
+        self.n_threads = n_threads
+        self.is_mtp = is_mtp
+        self.n_vocab = model.n_vocab
+        self._n_embd_in = model.n_embd_out if is_mtp else llama_model_n_embd_inp(model.model)
+        self._needs_rs_guard = (model.is_recurrent or model.is_hybrid) and not is_mtp
+        self._rs_budget = vector[int32_t](self.n_seq_max, 0)
+        self._last_n_tokens = 0
+        self._nextn = 0
+        if n_rs_seq > 0 and self.n_rs_seq != n_rs_seq:
+            raise ValueError(f"llama.cpp kept n_rs_seq={self.n_rs_seq}, not {n_rs_seq}")
+        if is_mtp:
+            self.set_nextn("masked")
+        elif nextn is not None:
+            self.set_nextn(nextn)
+        model._n_contexts += 1
+
+    def __dealloc__(self):
+        if self.ctx != NULL:
+            llama_free(self.ctx)
+            self.ctx = NULL
+            if self.model is not None:
+                self.model._n_contexts -= 1
+
+    def close(self):
+        """Free llama.cpp's context now (views of its outputs become invalid)."""
+        self._enter()
+        try:
+            if self.ctx != NULL:
+                llama_free(self.ctx)
+                self.ctx = NULL
+                self.model._n_contexts -= 1
+        finally:
+            self._leave()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"Context(kind={'mtp' if self.is_mtp else 'default'!r}, n_ctx={self.n_ctx}, "
+                f"n_batch={self.n_batch}, n_seq_max={self.n_seq_max}, n_rs_seq={self.n_rs_seq})")
+
+    @staticmethod
+    def _check_mtp_model(Model model, bint is_mtp):
+        if model.n_layer_nextn <= 0:
+            raise ValueError(f"model {os.path.basename(model.path)!r} ({model.arch}) has no MTP "
+                             "(NextN) layers")
+        if model.arch not in MTP_ARCHS:
+            raise ValueError(f"architecture {model.arch!r} has no MTP graph in llama.cpp")
+        if is_mtp and not model.mtp_loaded:
+            raise ValueError("the model was loaded with load_mtp=False: reload it with "
+                             "Model(path, load_mtp=True) to create an MTP context")
+        if model.arch not in MTP_MULTI_HEAD_ARCHS and model.n_layer_nextn != 1:
+            raise ValueError(f"llama.cpp's {model.arch} MTP graph takes exactly one NextN layer, "
+                             f"the model has {model.n_layer_nextn}")
+
+    cdef int _enter(self) except -1:
+        # the GIL makes this check-and-set atomic between Python threads
+        if self._busy:
+            raise ContextBusyError("this Context is in use by another thread; use one Context "
+                                   "per thread")
+        self._busy = 1
+        return 0
+
+    cdef void _leave(self) noexcept:
+        self._busy = 0
+
+    cdef int _alive(self) except -1:
+        if self.ctx == NULL:
+            raise RuntimeError("Context is closed")
+        return 0
+
+    # --- settings ---------------------------------------------------------------------
+
+    def set_nextn(self, mode):
+        """Hidden states for MTP: None (off), "masked" (output rows) or "dense" (every row)."""
+        self._alive()
+        if mode not in (None, "masked", "dense"):
+            raise ValueError(f"mode must be None, 'masked' or 'dense', got {mode!r}")
+        if mode is not None:
+            self._check_mtp_model(self.model, False)
+        if self.is_mtp and mode != "masked":
+            raise ValueError("an MTP context outputs its hidden states masked")
+        self._nextn = 0 if mode is None else (1 if mode == "masked" else 2)
+        llama_set_embeddings_nextn(self.ctx, mode is not None, mode == "masked")
+
+    @property
+    def nextn(self):
+        return (None, "masked", "dense")[self._nextn]
+
+    def set_nextn_layer_offset(self, int offset):
+        """Pick which appended NextN head an MTP context runs (multi-head archs only)."""
+        self._alive()
+        if not self.is_mtp:
+            raise ValueError("the NextN layer offset applies to MTP contexts")
+        if not 0 <= offset < self.model.n_layer_nextn:
+            raise ValueError(f"offset {offset} out of range [0, {self.model.n_layer_nextn})")
+        if offset and self.model.arch not in MTP_MULTI_HEAD_ARCHS:
+            raise ValueError(f"{self.model.arch} runs a single MTP head")
+        llama_set_nextn_layer_offset(self.ctx, offset)
+
+    def set_threads(self, int n_threads, n_threads_batch=None):
+        self._alive()
+        _check_positive("n_threads", n_threads)
+        nb = n_threads if n_threads_batch is None else n_threads_batch
+        _check_positive("n_threads_batch", nb)
+        llama_set_n_threads(self.ctx, n_threads, nb)
+        self.n_threads = n_threads
+
+    def interrupt(self):
+        """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``."""
+        self._interrupt = True
+
+    # --- decode -----------------------------------------------------------------------
+
+    cdef int decode_c(self, Batch batch) except -1:
+        """Validate, decode with the GIL released, record which rows have outputs."""
+        self._alive()
+        cdef int n = batch.b.n_tokens
+        cdef int i, k
+        cdef llama_seq_id s
+        cdef llama_pos p
+        cdef int n_vocab = self.n_vocab
+        if n <= 0:
+            raise ValueError("cannot decode an empty batch")
+        if n > self.n_batch:
+            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
+        if self.is_mtp:
+            if batch.n_embd != self._n_embd_in:
+                raise ValueError(f"an MTP context needs batches with a token and a hidden row of "
+                                 f"{self._n_embd_in} floats per entry (Batch(n_embd=...)), got "
+                                 f"n_embd={batch.n_embd}")
+        elif batch.n_embd != 0:
+            raise ValueError("this context decodes token batches; the batch carries embedding rows")
+        cdef vector[llama_pos] first_pos = vector[llama_pos](self.n_seq_max, -1)
+        cdef vector[int32_t] seq_ntok = vector[int32_t](self.n_seq_max, 0)
+        for i in range(n):
+            if batch.b.token[i] < 0 or batch.b.token[i] >= n_vocab:
+                raise ValueError(f"token id {batch.b.token[i]} at batch index {i} out of range "
+                                 f"[0, {n_vocab})")
+            p = batch.b.pos[i]
+            if p < 0:
+                raise ValueError(f"negative position {p} at batch index {i}")
+            if batch.b.n_seq_id[i] < 1 or batch.b.n_seq_id[i] > self.n_seq_max:
+                raise ValueError(f"batch index {i} has {batch.b.n_seq_id[i]} sequence ids")
+            for k in range(batch.b.n_seq_id[i]):
+                s = batch.b.seq_id[i][k]
+                if s < 0 or s >= self.n_seq_max:
+                    raise ValueError(f"sequence id {s} out of range [0, {self.n_seq_max})")
+                if p >= self.n_ctx_seq:
+                    raise ContextFullError(f"position {p} of sequence {s} is past the context "
+                                           f"size n_ctx={self.n_ctx_seq}")
+                seq_ntok[s] += 1
+        self._enter()
+        cdef int32_t rc
+        try:
+            self._interrupt = False
+            with nogil:
+                rc = llama_decode(self.ctx, batch.b)
+        finally:
+            self._leave()
+        if rc != 0:
+            self._last_n_tokens = 0
+            self._last_out.clear()
+            for s in range(self.n_seq_max):
+                self._rs_budget[s] = 0
+            if rc == 1:
+                raise ContextFullError(f"no room in the KV cache for {n} tokens (n_ctx={self.n_ctx})")
+            if rc == 2:
+                self._interrupt = False
+                raise KeyboardInterrupt("decode interrupted")
+            why = _recent_errors()
+            raise DecodeError(f"llama_decode failed ({rc})" + (f": {why}" if why else ""))
+        self._last_n_tokens = n
+        self._last_out.resize(n)
+        for i in range(n):
+            self._last_out[i] = batch.b.logits[i]
+        for s in range(self.n_seq_max):
+            self._rs_budget[s] = min(self.n_rs_seq, seq_ntok[s] - 1) if seq_ntok[s] > 0 else 0
+        return 0
+
+    def decode(self, Batch batch not None):
+        """Decode a batch (GIL released). Outputs are readable until the next decode."""
+        self.decode_c(batch)
+
+    cdef float * logits_c(self, int i) noexcept nogil:
+        if i < 0 or i >= self._last_n_tokens or not self._last_out[i]:
+            return NULL
+        return llama_get_logits_ith(self.ctx, i)
+
+    cdef float * nextn_c(self, int i) noexcept nogil:
+        if self._nextn == 0 or i < 0 or i >= self._last_n_tokens:
+            return NULL
+        if self._nextn == 1 and not self._last_out[i]:
+            return NULL
+        return llama_get_embeddings_nextn_ith(self.ctx, i)
+
+    cdef int _row_index(self, int i, str what) except -1:
+        self._alive()
+        if i < 0:
+            i += self._last_n_tokens
+        if not 0 <= i < self._last_n_tokens:
+            raise IndexError(f"batch index {i} out of range for the last decode "
+                             f"({self._last_n_tokens} tokens)")
+        if what == "logits" and not self._last_out[i]:
+            raise IndexError(f"batch index {i} was not marked for output")
+        return i
+
+    def logits(self, int i=-1):
+        """The logits of batch entry ``i`` of the last decode: a read-only view, valid until the next decode."""
+        i = self._row_index(i, "logits")
+        cdef float * p = self.logits_c(i)
+        if p == NULL:
+            raise IndexError(f"no logits for batch index {i}")
+        return _view(self, p, -1, self.n_vocab)
+
+    def nextn_hidden(self, int i=-1):
+        """The nextn hidden state (MTP input) of batch entry ``i``: a read-only view."""
+        if self._nextn == 0:
+            raise ValueError("nextn hidden states are off: set_nextn('masked' or 'dense') first")
+        i = self._row_index(i, "logits" if self._nextn == 1 else "nextn")
+        cdef float * p = self.nextn_c(i)
+        if p == NULL:
+            raise IndexError(f"no nextn hidden state for batch index {i}")
+        return _view(self, p, -1, self.model.n_embd_out)
+
+    def nextn_hidden_rows(self):
+        """Every nextn row of the last decode as one (rows, n_embd) view (dense: one per entry)."""
+        if self._nextn == 0:
+            raise ValueError("nextn hidden states are off")
+        self._alive()
+        cdef int rows = self._last_n_tokens
+        cdef int i
+        if self._nextn == 1:
+            rows = 0
+            for i in range(self._last_n_tokens):
+                rows += self._last_out[i] != 0
+        if rows == 0:
+            raise IndexError("the last decode produced no nextn rows")
+        cdef float * p = llama_get_embeddings_nextn(self.ctx)
+        if p == NULL:
+            raise IndexError("no nextn hidden states")
+        return _view(self, p, rows, self.model.n_embd_out)
+
+    # --- memory -----------------------------------------------------------------------
+
+    cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1:
+        if allow_all and seq == -1:
+            return 0
+        if seq < 0 or seq >= self.n_seq_max:
+            raise ValueError(f"sequence id {seq} out of range [0, {self.n_seq_max})")
+        return 0
+
+    cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1:
+        """Remove positions [p0, p1) of ``seq``; 1 if done, 0 if llama.cpp refused."""
+        self._alive()
+        self._check_seq(seq, True)
+        cdef llama_pos pmax
+        cdef int rollback, s
+        cdef int s0 = 0 if seq == -1 else seq
+        cdef int s1 = self.n_seq_max if seq == -1 else seq + 1
+        if self._needs_rs_guard and p0 > 0 and p1 < 0:
+            # partial removal of a recurrent state: only the last decode, by its snapshots
+            for s in range(s0, s1):
+                pmax = llama_memory_seq_pos_max(self.mem, s)
+                rollback = pmax - (p0 - 1)
+                if rollback > 0 and rollback > self._rs_budget[s]:
+                    raise ValueError(
+                        f"cannot roll sequence {s} back by {rollback} tokens: the last decode "
+                        f"allows {self._rs_budget[s]} (n_rs_seq={self.n_rs_seq}, only the tokens "
+                        "of the last decode, once)")
+        cdef bint ok = llama_memory_seq_rm(self.mem, seq, p0, p1)
+        if ok and self._needs_rs_guard:
+            for s in range(s0, s1):
+                self._rs_budget[s] = 0
+        return 1 if ok else 0
+
+    def seq_rm(self, int seq, int p0=-1, int p1=-1) -> bool:
+        """Remove positions [p0, p1) (negative = open) of ``seq`` (-1: every sequence)."""
+        self._enter()
+        try:
+            return self.seq_rm_c(seq, p0, p1) == 1
+        finally:
+            self._leave()
+
+    def seq_cp(self, int src, int dst, int p0=-1, int p1=-1):
+        self._alive()
+        self._check_seq(src, False)
+        self._check_seq(dst, False)
+        if self._needs_rs_guard and (p0 >= 0 or p1 >= 0):
+            raise ValueError("recurrent state can only be copied whole (p0 = p1 = -1)")
+        self._enter()
+        try:
+            llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+        finally:
+            self._leave()
+
+    def seq_keep(self, int seq):
+        self._alive()
+        self._check_seq(seq, False)
+        self._enter()
+        try:
+            llama_memory_seq_keep(self.mem, seq)
+        finally:
+            self._leave()
+
+    cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil:
+        return llama_memory_seq_pos_max(self.mem, seq)
+
+    def seq_pos_min(self, int seq) -> int:
+        self._alive()
+        self._check_seq(seq, False)
+        return llama_memory_seq_pos_min(self.mem, seq)
+
+    def seq_pos_max(self, int seq) -> int:
+        """The last position held for ``seq``, -1 when empty."""
+        self._alive()
+        self._check_seq(seq, False)
+        return llama_memory_seq_pos_max(self.mem, seq)
+
+    def clear(self, bint data=True):
+        """Forget every sequence."""
+        self._alive()
+        self._enter()
+        try:
+            llama_memory_clear(self.mem, data)
+            for s in range(self.n_seq_max):
+                self._rs_budget[s] = 0
+            self._last_n_tokens = 0
+        finally:
+            self._leave()
+
+    # --- checkpoints ------------------------------------------------------------------
+
+    cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1:
+        self._alive()
+        self._check_seq(seq, False)
+        cdef size_t n = llama_state_seq_get_size_ext(self.ctx, seq, flags)
+        out.resize(n)
+        cdef size_t got
+        with nogil:
+            got = llama_state_seq_get_data_ext(self.ctx, out.data(), n, seq, flags)
+        if got != n:
+            raise RuntimeError(f"saving the state of sequence {seq} failed")
+        return 0
+
+    cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1:
+        self._alive()
+        self._check_seq(seq, False)
+        cdef size_t got
+        with nogil:
+            got = llama_state_seq_set_data_ext(self.ctx, data.data(), data.size(), seq, flags)
+        if got == 0:
+            raise ValueError(f"restoring the state of sequence {seq} failed (wrong or corrupt data)")
+        for s in range(self.n_seq_max):
+            self._rs_budget[s] = 0
+        return 0
+
+    def save_state(self, int seq=0, *, bint partial=False) -> bytes:
+        """A checkpoint of one sequence. ``partial`` keeps only the recurrent/SWA parts,
+        for rolling back hybrid models whose attention KV is trimmed with ``seq_rm``."""
+        cdef vector[uint8_t] out
+        self._enter()
+        try:
+            self.save_state_c(seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0, out)
+        finally:
+            self._leave()
+        return (<char *> out.data())[:out.size()] if out.size() else b""
+
+    def load_state(self, data, int seq=0, *, bint partial=False):
+        """Restore a checkpoint made by ``save_state`` (with the same ``partial``)."""
+        cdef bytes b = bytes(data)
+        if len(b) == 0:
+            raise ValueError("empty state")
+        cdef vector[uint8_t] buf = vector[uint8_t](len(b))
+        memcpy(buf.data(), <const char *> b, len(b))
+        self._enter()
+        try:
+            self.load_state_c(seq, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY if partial else 0, buf)
+        finally:
+            self._leave()
+
+    # --- perf -------------------------------------------------------------------------
+
+    def perf(self) -> dict:
+        """llama.cpp's own counters: prompt/eval times (ms) and token counts."""
+        self._alive()
+        cdef llama_perf_context_data d = llama_perf_context(self.ctx)
+        return {"t_load_ms": d.t_load_ms, "t_p_eval_ms": d.t_p_eval_ms, "t_eval_ms": d.t_eval_ms,
+                "n_p_eval": d.n_p_eval, "n_eval": d.n_eval, "n_reused": d.n_reused}
+
+    def perf_reset(self):
+        self._alive()
+        llama_perf_context_reset(self.ctx)
+
+
+def default_threads() -> int:
+    """Threads for decoding: the CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)

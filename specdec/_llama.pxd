@@ -1,0 +1,205 @@
+# cython: language_level=3
+"""Declarations of the libllama API used by specdec (llama.cpp @ 0c1e570).
+
+Only ``_core`` calls into libllama; every other module goes through ``_core``'s
+typed methods, so that one static copy of llama.cpp lives in the process.
+"""
+from libc.stdint cimport int8_t, int32_t, uint32_t, uint64_t, uint8_t
+from libcpp cimport bool as cbool
+
+cdef extern from "ggml.h" nogil:
+    enum ggml_log_level:
+        GGML_LOG_LEVEL_NONE
+        GGML_LOG_LEVEL_DEBUG
+        GGML_LOG_LEVEL_INFO
+        GGML_LOG_LEVEL_WARN
+        GGML_LOG_LEVEL_ERROR
+        GGML_LOG_LEVEL_CONT
+    ctypedef void (*ggml_log_callback)(ggml_log_level level, const char * text, void * user_data) noexcept nogil
+    ctypedef cbool (*ggml_abort_callback)(void * data) noexcept nogil
+
+cdef extern from "llama.h" nogil:
+    ctypedef int32_t llama_pos
+    ctypedef int32_t llama_token
+    ctypedef int32_t llama_seq_id
+    cdef int LLAMA_TOKEN_NULL
+
+    struct llama_vocab:
+        pass
+    struct llama_model:
+        pass
+    struct llama_context:
+        pass
+    struct llama_memory_i:
+        pass
+    ctypedef llama_memory_i * llama_memory_t
+
+    enum llama_vocab_type:
+        LLAMA_VOCAB_TYPE_NONE
+        LLAMA_VOCAB_TYPE_SPM
+        LLAMA_VOCAB_TYPE_BPE
+        LLAMA_VOCAB_TYPE_WPM
+        LLAMA_VOCAB_TYPE_UGM
+        LLAMA_VOCAB_TYPE_RWKV
+        LLAMA_VOCAB_TYPE_PLAMO2
+
+    enum llama_load_mode:
+        LLAMA_LOAD_MODE_AUTO
+        LLAMA_LOAD_MODE_NONE
+        LLAMA_LOAD_MODE_MMAP
+
+    enum llama_context_type:
+        LLAMA_CONTEXT_TYPE_DEFAULT
+        LLAMA_CONTEXT_TYPE_MTP
+
+    enum llama_flash_attn_type:
+        LLAMA_FLASH_ATTN_TYPE_AUTO
+        LLAMA_FLASH_ATTN_TYPE_DISABLED
+        LLAMA_FLASH_ATTN_TYPE_ENABLED
+
+    ctypedef struct llama_batch:
+        int32_t n_tokens
+        llama_token * token
+        float * embd
+        llama_pos * pos
+        int32_t * n_seq_id
+        llama_seq_id ** seq_id
+        int8_t * logits
+
+    struct llama_model_params:
+        int32_t n_gpu_layers
+        llama_load_mode load_mode
+        int32_t main_gpu
+        cbool vocab_only
+        cbool check_tensors
+        cbool use_extra_bufts
+        cbool no_host
+        cbool no_alloc
+        cbool load_mtp
+
+    struct llama_context_params:
+        uint32_t n_ctx
+        uint32_t n_batch
+        uint32_t n_ubatch
+        uint32_t n_seq_max
+        uint32_t n_rs_seq
+        uint32_t n_outputs_max
+        uint32_t n_outputs_max_per_seq
+        int32_t n_threads
+        int32_t n_threads_batch
+        llama_context_type ctx_type
+        llama_flash_attn_type flash_attn_type
+        ggml_abort_callback abort_callback
+        void * abort_callback_data
+        cbool embeddings
+        cbool offload_kqv
+        cbool no_perf
+        cbool op_offload
+        cbool swa_full
+        cbool kv_unified
+        llama_context * ctx_other
+
+    struct llama_perf_context_data:
+        double t_start_ms
+        double t_load_ms
+        double t_p_eval_ms
+        double t_eval_ms
+        int32_t n_p_eval
+        int32_t n_eval
+        int32_t n_reused
+
+    ctypedef uint32_t llama_state_seq_flags
+    cdef uint32_t LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+
+    llama_model_params llama_model_default_params()
+    llama_context_params llama_context_default_params()
+    void llama_backend_init()
+    void llama_log_set(ggml_log_callback log_callback, void * user_data)
+    const char * llama_print_system_info()
+
+    llama_model * llama_model_load_from_file(const char * path_model, llama_model_params params)
+    void llama_model_free(llama_model * model)
+    llama_context * llama_init_from_model(llama_model * model, llama_context_params params)
+    void llama_free(llama_context * ctx)
+
+    uint32_t llama_n_ctx(const llama_context * ctx)
+    uint32_t llama_n_ctx_seq(const llama_context * ctx)
+    uint32_t llama_n_batch(const llama_context * ctx)
+    uint32_t llama_n_ubatch(const llama_context * ctx)
+    uint32_t llama_n_seq_max(const llama_context * ctx)
+    uint32_t llama_n_rs_seq(const llama_context * ctx)
+    llama_memory_t llama_get_memory(const llama_context * ctx)
+
+    const llama_vocab * llama_model_get_vocab(const llama_model * model)
+    int32_t llama_model_n_ctx_train(const llama_model * model)
+    int32_t llama_model_n_embd(const llama_model * model)
+    int32_t llama_model_n_embd_inp(const llama_model * model)
+    int32_t llama_model_n_embd_out(const llama_model * model)
+    int32_t llama_model_n_layer(const llama_model * model)
+    int32_t llama_model_n_layer_nextn(const llama_model * model)
+    int32_t llama_model_n_head(const llama_model * model)
+    int32_t llama_model_n_swa(const llama_model * model)
+    int32_t llama_model_meta_val_str(const llama_model * model, const char * key, char * buf, size_t buf_size)
+    int32_t llama_model_desc(const llama_model * model, char * buf, size_t buf_size)
+    uint64_t llama_model_size(const llama_model * model)
+    uint64_t llama_model_n_params(const llama_model * model)
+    const char * llama_model_chat_template(const llama_model * model, const char * name)
+    cbool llama_model_has_encoder(const llama_model * model)
+    cbool llama_model_has_decoder(const llama_model * model)
+    cbool llama_model_is_recurrent(const llama_model * model)
+    cbool llama_model_is_hybrid(const llama_model * model)
+
+    int llama_vocab_type_of "llama_vocab_type" (const llama_vocab * vocab)
+    int32_t llama_vocab_n_tokens(const llama_vocab * vocab)
+    const char * llama_vocab_get_text(const llama_vocab * vocab, llama_token token)
+    float llama_vocab_get_score(const llama_vocab * vocab, llama_token token)
+    int llama_vocab_get_attr(const llama_vocab * vocab, llama_token token)
+    cbool llama_vocab_is_eog(const llama_vocab * vocab, llama_token token)
+    cbool llama_vocab_is_control(const llama_vocab * vocab, llama_token token)
+    llama_token llama_vocab_bos(const llama_vocab * vocab)
+    llama_token llama_vocab_eos(const llama_vocab * vocab)
+    llama_token llama_vocab_eot(const llama_vocab * vocab)
+    llama_token llama_vocab_nl(const llama_vocab * vocab)
+    llama_token llama_vocab_pad(const llama_vocab * vocab)
+    cbool llama_vocab_get_add_bos(const llama_vocab * vocab)
+    cbool llama_vocab_get_add_eos(const llama_vocab * vocab)
+
+    int32_t llama_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
+                           llama_token * tokens, int32_t n_tokens_max,
+                           cbool add_special, cbool parse_special)
+    int32_t llama_token_to_piece(const llama_vocab * vocab, llama_token token, char * buf,
+                                 int32_t length, int32_t lstrip, cbool special)
+    int32_t llama_detokenize(const llama_vocab * vocab, const llama_token * tokens, int32_t n_tokens,
+                             char * text, int32_t text_len_max, cbool remove_special, cbool unparse_special)
+
+    void llama_memory_clear(llama_memory_t mem, cbool data)
+    cbool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1)
+    void llama_memory_seq_cp(llama_memory_t mem, llama_seq_id src, llama_seq_id dst, llama_pos p0, llama_pos p1)
+    void llama_memory_seq_keep(llama_memory_t mem, llama_seq_id seq_id)
+    llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id)
+    llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id)
+    cbool llama_memory_can_shift(llama_memory_t mem)
+
+    size_t llama_state_seq_get_size_ext(llama_context * ctx, llama_seq_id seq_id, llama_state_seq_flags flags)
+    size_t llama_state_seq_get_data_ext(llama_context * ctx, uint8_t * dst, size_t size,
+                                        llama_seq_id seq_id, llama_state_seq_flags flags)
+    size_t llama_state_seq_set_data_ext(llama_context * ctx, const uint8_t * src, size_t size,
+                                        llama_seq_id dest_seq_id, llama_state_seq_flags flags)
+
+    llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max)
+    void llama_batch_free(llama_batch batch)
+    int32_t llama_decode(llama_context * ctx, llama_batch batch)
+    void llama_set_n_threads(llama_context * ctx, int32_t n_threads, int32_t n_threads_batch)
+    void llama_set_abort_callback(llama_context * ctx, ggml_abort_callback abort_callback, void * data)
+    void llama_synchronize(llama_context * ctx)
+    float * llama_get_logits_ith(llama_context * ctx, int32_t i)
+
+    llama_perf_context_data llama_perf_context(const llama_context * ctx)
+    void llama_perf_context_reset(llama_context * ctx)
+
+# C++-only staging API (src/llama-ext.h): mangled names, so this module is compiled as C++.
+cdef extern from "llama-ext.h" nogil:
+    void llama_set_embeddings_nextn(llama_context * ctx, cbool value, cbool masked)
+    void llama_set_nextn_layer_offset(llama_context * ctx, int32_t offset)
+    float * llama_get_embeddings_nextn(llama_context * ctx)
+    float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
