@@ -346,8 +346,18 @@ _RE_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\
 _RE_ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 
 
+def _flag_value(args: Sequence[str], flag: str, default: int) -> int:
+    """Last value given for ``flag`` in ``args`` (llama.cpp's parser keeps the last one)."""
+    value = default
+    for i, a in enumerate(args[:-1]):
+        if a == flag:
+            value = int(args[i + 1])
+    return value
+
+
 def _stat(text: str, key: str) -> int:
-    m = re.search(rf"^{key}\s*=\s*(\d+)\s*$", text, re.M)
+    # lines carry common_log's "M.SS.mmm.uuu I " prefix on stderr, so no ^ anchor
+    m = re.search(rf"\b{key}\s*=\s*(\d+)\s*$", text, re.M)
     if m is None:
         raise RuntimeError(f"llama-speculative-simple: no '{key} =' line in its summary")
     return int(m.group(1))
@@ -370,12 +380,19 @@ def run_spec_simple(
     with add_special and parse_special true, like llama-simple. Sampling is
     ``--temp 0`` (greedy). ``n_max`` is the draft length: ``--spec-draft-n-max``
     for the draft-model types, and the type's own size option for the n-gram
-    types (see ``_DRAFT_LEN_FLAG``); other n-gram knobs (e.g.
-    ``--spec-ngram-simple-size-n``, default 12) go in ``extra``.
+    types (see ``_DRAFT_LEN_FLAG``); other n-gram knobs go in ``extra``.
+    ngram-simple matches a key of ``--spec-ngram-simple-size-n`` tokens (default
+    12) and drafts nothing at all when the draft length is shorter than the key,
+    so a short ``n_max`` needs a short key too (the anchors used key 3, draft 3);
+    we raise rather than silently measure a plain decode. ``spec_type="none"``
+    is refused by the tool itself ("failed to initialize speculative decoding").
 
-    The tool stops only once it has produced *more* than ``-n`` tokens, i.e.
-    ``-n + 1`` of them; we pass ``n_predict - 1`` so it produces ``n_predict``,
-    like run_simple. Its context is the model's training length (``-c 0``) and
+    Length: the tool stops only once it has produced *more* than ``-n``
+    tokens, so we pass ``n_predict - 1``. It trims each draft to the remaining
+    budget, except when that budget is 0 (``dp.n_max > 0`` guards the trim), so
+    the last step may still add up to a whole draft: expect ``n_predict`` to
+    ``n_predict + n_max`` tokens, and compare texts on their common prefix.
+    The count actually produced is returned as ``n_predict``. Its context is the model's training length (``-c 0``) and
     its batch 2048 unless ``extra`` says otherwise; the prompt must fit in one batch.
 
     Returns ``text`` (generation only), ``tok_s`` (its "decoded ... t/s": the
@@ -386,6 +403,12 @@ def run_spec_simple(
     """
     if n_predict < 1:
         raise ValueError("n_predict must be >= 1")
+    if "ngram-simple" in spec_type.split(","):
+        size_n = _flag_value(extra, "--spec-ngram-simple-size-n", 12)
+        if n_max < size_n:  # common_ngram_simple_draft returns nothing when size_m < size_n
+            raise ValueError(f"ngram-simple never drafts when its draft length (n_max={n_max}) is "
+                             f"below its key length (size-n={size_n}); pass "
+                             f"extra=('--spec-ngram-simple-size-n', 'K') with K <= n_max")
     cmd = [str(_tool("llama-speculative-simple")), "-m", str(model), "-n", str(n_predict - 1),
            "-t", str(threads), "--temp", "0", "--log-colors", "off",
            "--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]

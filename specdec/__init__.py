@@ -1,0 +1,30 @@
+"""specdec: speculative decoding on llama.cpp, with a Cython core over libllama.
+
+>>> import specdec
+>>> dec = specdec.Decoder("model.gguf", drafter="ngram", n_max=4)   # doctest: +SKIP
+>>> dec.generate("def fib(n):", max_tokens=64).text                  # doctest: +SKIP
+"""
+from ._core import (
+    Batch,
+    Context,
+    ContextBusyError,
+    ContextFullError,
+    DecodeError,
+    Model,
+    mtp_available,
+    system_info,
+)
+from .api import Decoder, Stream, generate, stream
+from .config import Sampling, SpecConfig
+from .drafters import Drafter, DrafterError, register
+from .models import ModelNotAvailable, default_model_path
+from .results import GenerationResult, Stats
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
+    "Drafter", "DrafterError", "GenerationResult", "Model", "ModelNotAvailable", "Sampling",
+    "SpecConfig", "Stats", "Stream", "default_model_path", "generate", "mtp_available",
+    "register", "stream", "system_info",
+]

@@ -589,7 +589,7 @@ cdef class Batch:
         if (embd is None) != (self.n_embd == 0):
             raise ValueError("this batch carries embedding rows: pass embd" if self.n_embd
                              else "this batch has no embedding rows (n_embd=0)")
-        cdef float[::1] row
+        cdef const float[::1] row
         if embd is not None:
             row = np.ascontiguousarray(embd, dtype=np.float32).reshape(-1)
             if row.shape[0] != self.n_embd:

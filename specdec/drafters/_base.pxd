@@ -18,10 +18,11 @@ cdef class Draft:
 cdef class Drafter:
     cdef public str name
     cdef readonly int n_vocab
-    cdef Context target
+    cdef readonly Context target
     cdef vector[vector[int32_t]] hist   # per sequence: prompt + accepted tokens
     cdef bint _py_observe, _py_accept, _py_begin, _py_reset
 
+    cdef int _grow(self, int seq) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1
     cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1

@@ -4,8 +4,10 @@
 
 Lifecycle (llama.cpp's ``common_speculative`` begin/draft/accept, vLLM's proposers):
 
-* ``begin(seq, prompt_tokens)``: a new request on sequence ``seq``;
-* ``observe(seq, tokens)``: tokens accepted into the target (the prompt, then each round's run);
+* ``begin(seq, prompt_tokens)``: a new request on sequence ``seq`` (the prompt is
+  given up front for drafters that index it; it is observed again as it is decoded);
+* ``observe(seq, tokens)``: every token that enters the target's memory: the prompt
+  chunks as they are decoded, then each round's accepted run;
 * ``propose(seq, last_token, n_max) -> tokens`` (or ``(tokens, probs)``): the draft;
 * ``accept(seq, n_accepted)``: how many of the last draft the target kept;
 * ``reset(seq)``: forget the sequence.
@@ -49,19 +51,21 @@ cdef class Draft:
 cdef class Drafter:
     """Base of every drafter. Subclass it in Python and override ``propose``."""
 
-    #: registry name; set by subclasses
     def __init__(self, name=None):
-        self.name = name or getattr(type(self), "drafter_name", None) or type(self).__name__
+        self.name = name
+
+    # --- C hooks: built-ins override these -------------------------------------------
+
+    cdef int bind_c(self, Context target, int n_seq) except -1:
+        # works even when a Python subclass forgot to call Drafter.__init__
+        if not self.name:
+            self.name = getattr(type(self), "drafter_name", None) or type(self).__name__
         t = type(self)
         # Python overrides of the optional hooks are called once per round, never per token
         self._py_begin = t.begin is not Drafter.begin
         self._py_observe = t.observe is not Drafter.observe
         self._py_accept = t.accept is not Drafter.accept
         self._py_reset = t.reset is not Drafter.reset
-
-    # --- C hooks: built-ins override these -------------------------------------------
-
-    cdef int bind_c(self, Context target, int n_seq) except -1:
         self.target = target
         self.n_vocab = target.n_vocab
         self.hist.resize(n_seq)
@@ -69,7 +73,7 @@ cdef class Drafter:
 
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
         self._grow(seq)
-        self.hist[seq].assign(toks, toks + n)
+        self.hist[seq].clear()
         if self._py_begin:
             self._call("begin", seq, [toks[i] for i in range(n)])
         return 0
@@ -100,11 +104,12 @@ cdef class Drafter:
             self._call("reset", seq)
         return 0
 
-    cdef _grow(self, int seq):
+    cdef int _grow(self, int seq) except -1:
         if seq < 0:
             raise ValueError(f"sequence id {seq} is negative")
         if seq >= <int>self.hist.size():
             self.hist.resize(seq + 1)
+        return 0
 
     def _call(self, str method, *args):
         try:
@@ -143,7 +148,8 @@ cdef class Drafter:
         """Forget everything about ``seq``."""
 
     def history(self, int seq) -> list:
-        """The tokens the drafter has seen for ``seq`` (prompt and accepted)."""
+        """The tokens in the target's memory for ``seq``: the prompt and the accepted tokens.
+        The pending token (``last_token`` of ``propose``) is not among them yet."""
         if not 0 <= seq < <int>self.hist.size():
             return []
         return [self.hist[seq][i] for i in range(self.hist[seq].size())]
@@ -211,3 +217,26 @@ cdef _fill_draft(Draft out, res, int n_max, int n_vocab, str name):
         if not found:
             raise DrafterError(f"drafter {name!r}: token {out.tokens[i]} at position {i} has "
                                "zero draft probability")
+
+
+# Python entry points to the C hooks, for tools and tests that drive a drafter by hand
+def run_begin(Drafter d not None, int seq, prompt_tokens):
+    cdef vector[int32_t] v = [int(t) for t in prompt_tokens]
+    d._grow(seq)
+    d.begin_c(seq, v.data(), v.size())
+
+
+def run_observe(Drafter d not None, int seq, tokens, int row0=-1):
+    cdef vector[int32_t] v = [int(t) for t in tokens]
+    d._grow(seq)
+    d.observe_c(seq, v.data(), v.size(), row0)
+
+
+def run_propose(Drafter d not None, int seq, int last, int n_max) -> list:
+    cdef Draft out = Draft()
+    d.propose_c(seq, last, n_max, out)
+    return out.token_list
+
+
+def run_accept(Drafter d not None, int seq, int n_accepted):
+    d.accept_c(seq, n_accepted)

@@ -155,6 +155,7 @@ def write_bigram_mtp_model(
     arch: str = "qwen35",
     seed: int = 0,
     dtype: str | None = None,
+    eos_token_id: int | None = None,
 ) -> Path:
     """Write a trunk-bigram model with one MTP block that predicts the trunk's next token.
 
@@ -163,6 +164,8 @@ def write_bigram_mtp_model(
     full attention, the others gated delta net. dtype defaults to "f32" for
     tiny and "f16" for mid; "q8_0" is accepted too. The successor map is
     stored under ``specdec.bigram.successor`` so tests can predict greedy output.
+    ``eos_token_id`` makes one token of the cycle the end of generation, for
+    stop tests (the test vocab has no EOS of its own).
     """
     d = bigram_dims(size, arch)
     dtype = dtype or _DEFAULT_DTYPE[size]
@@ -171,10 +174,13 @@ def write_bigram_mtp_model(
     def add_kv(w: gguf.GGUFWriter) -> None:
         add_qwen35_kv(w, d, n_nextn=1)
         add_test_tokenizer(w, d.n_vocab)
-        w.add_key_value(
-            SUCCESSOR_KEY, fill.successor.tolist(), gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.UINT32
-        )
+        succ = fill.successor.tolist()
+        w.add_key_value(SUCCESSOR_KEY, succ, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.UINT32)
         w.add_float32(NOISE_KEY, float(noise))
+        if eos_token_id is not None:
+            if not 0 <= eos_token_id < d.n_vocab:
+                raise ValueError(f"eos_token_id {eos_token_id} outside the vocab of {d.n_vocab}")
+            w.add_eos_token_id(eos_token_id)
 
     return write_gguf(
         path,
@@ -216,6 +222,16 @@ def _check_zero_outputs(ts: _Tensors) -> None:
             raise ValueError(f"{name} is not zero: the residual stream is not the embedding")
 
 
+def _successor(ts: _Tensors, tokens: np.ndarray) -> np.ndarray:
+    embd, out, norm = ts["token_embd.weight"], ts["output.weight"], ts["output_norm.weight"]
+    flat = np.asarray(tokens, dtype=np.int64).reshape(-1)
+    result = np.empty(flat.shape, dtype=np.int64)
+    for lo in range(0, flat.size, 1024):
+        h = _rmsnorm(embd[flat[lo : lo + 1024]], norm)
+        result[lo : lo + 1024] = np.argmax(h @ out.T, axis=-1)
+    return result.reshape(np.shape(tokens))
+
+
 def bigram_successor(path: str | os.PathLike[str], tokens: np.ndarray | None = None) -> np.ndarray:
     """The target's greedy next token for each of ``tokens`` (default: every token), from the weights.
 
@@ -224,14 +240,8 @@ def bigram_successor(path: str | os.PathLike[str], tokens: np.ndarray | None = N
     """
     ts = _Tensors(path)
     _check_zero_outputs(ts)
-    embd, out, norm = ts["token_embd.weight"], ts["output.weight"], ts["output_norm.weight"]
-    tokens = np.arange(embd.shape[0]) if tokens is None else np.asarray(tokens)
-    result = np.empty(tokens.shape, dtype=np.int64)
-    flat = tokens.reshape(-1)
-    for lo in range(0, flat.size, 1024):
-        h = _rmsnorm(embd[flat[lo : lo + 1024]], norm)
-        result.reshape(-1)[lo : lo + 1024] = np.argmax(h @ out.T, axis=-1)
-    return result
+    n_vocab = int(ts.by_name["token_embd.weight"].shape[1])
+    return _successor(ts, np.arange(n_vocab) if tokens is None else tokens)
 
 
 def mtp_draft_accuracy(path: str | os.PathLike[str], *, n_samples: int = 256, seed: int = 0) -> float:
@@ -245,12 +255,12 @@ def mtp_draft_accuracy(path: str | os.PathLike[str], *, n_samples: int = 256, se
     ts = _Tensors(path)
     _check_zero_outputs(ts)
     p = f"blk.{ts.n_layer}.nextn."
-    embd, out, onorm = ts["token_embd.weight"], ts["output.weight"], ts["output_norm.weight"]
+    embd, out = ts["token_embd.weight"], ts["output.weight"]
     x0 = np.random.default_rng(seed).integers(0, embd.shape[0], size=n_samples)
-    x1 = bigram_successor(path, x0)
-    x2 = bigram_successor(path, x1)
-    h = _rmsnorm(embd[x0], onorm)
-    cat = np.concatenate([_rmsnorm(embd[x1], ts[p + "enorm.weight"]), _rmsnorm(h, ts[p + "hnorm.weight"])], axis=1)
-    cur = cat @ ts[p + "eh_proj.weight"].T
+    x1 = _successor(ts, x0)
+    x2 = _successor(ts, x1)
+    h = _rmsnorm(embd[x0], ts["output_norm.weight"])
+    e = _rmsnorm(embd[x1], ts[p + "enorm.weight"])
+    cur = np.concatenate([e, _rmsnorm(h, ts[p + "hnorm.weight"])], axis=1) @ ts[p + "eh_proj.weight"].T
     cur = _rmsnorm(cur, ts.get(p + "shared_head_norm.weight", "output_norm.weight"))
     return float(np.mean(np.argmax(cur @ out.T, axis=-1) == x2))

@@ -1,0 +1,473 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The speculative controller: draft -> verify -> accept -> rollback -> notify.
+
+One loop for every drafter, and for plain decoding (no drafter: every round
+verifies just the pending token). Built-in drafters are called through their C
+hooks, so a round enters Python only for Python drafters.
+
+Per sequence, ``last`` is the token sampled but not yet in the target's memory,
+and ``n_past`` the number of tokens that are. A round decodes
+``[last, d1..dk]`` at ``n_past..``, keeps ``last, d1..da`` for the ``a`` drafts
+the target agrees with, emits ``d1..da`` and the target's own next token, and
+removes the rest from the target's memory.
+"""
+from libc.stdint cimport int32_t, int64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from ._core cimport Model, Context, Batch
+from ._sampling cimport SamplingParams, argmax, Rng, Distribution
+from .drafters._base cimport Drafter, Draft
+from ._policy cimport DraftPolicy
+
+import numpy as np
+
+from ._core import ContextFullError
+
+# why a sequence stopped
+DEF RUNNING = 0
+DEF STOP_EOG = 1
+DEF STOP_STRING = 2
+DEF LENGTH = 3
+DEF CTX_FULL = 4
+
+_FINISH = {RUNNING: None, STOP_EOG: "stop", STOP_STRING: "stop", LENGTH: "length",
+           CTX_FULL: "length"}
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef class _Seq:
+    cdef int id
+    cdef int32_t last
+    cdef int n_past
+    cdef int max_tokens
+    cdef int finish
+    cdef int n_prompt
+    cdef vector[int32_t] out
+    cdef string text
+    cdef size_t taken
+    cdef Rng rng
+    cdef Draft draft
+    cdef int proposer      # index of the drafter that made the current draft, -1 none
+    cdef int row0          # batch index of ``last`` in the current verify batch
+    cdef int k             # drafts in the current verify batch
+
+
+cdef class Controller:
+    """Runs generation for one or more sequences of a target context.
+
+    Built once per configuration; ``start`` begins a request, ``step`` runs one
+    round for every live sequence, ``run`` loops to the end.
+    """
+    cdef readonly Context ctx
+    cdef readonly Model model
+    cdef list drafters
+    cdef int n_drafters
+    cdef Batch batch
+    cdef list seqs
+    cdef int n_seqs
+    cdef vector[string] stops
+    cdef Distribution dist
+    cdef SamplingParams sp
+    cdef bint greedy
+    cdef int n_max, n_min
+    cdef bint check
+    cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
+    cdef DraftPolicy policy
+    cdef vector[int32_t] scratch
+    # stats, counted in C, turned into Python once in ``stats()``
+    cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds
+    cdef vector[int64_t] drafted_at, accepted_at
+    cdef double t_prompt, t_target, t_draft, t_total, t_start
+
+    def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
+                 bint adaptive=False, float temperature=0.0, int top_k=0,
+                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False):
+        if ctx.is_mtp:
+            raise ValueError("the controller drives a target context, not an MTP context")
+        if n_max < 0 or n_min < 0:
+            raise ValueError("n_max and n_min must be >= 0")
+        if top_k < 0 or not 0.0 < top_p <= 1.0 or not 0.0 <= min_p <= 1.0 or temperature < 0:
+            raise ValueError(f"bad sampling parameters (temperature={temperature}, top_k={top_k}, "
+                             f"top_p={top_p}, min_p={min_p})")
+        self.ctx = ctx
+        self.model = ctx.model
+        self.drafters = list(drafters)
+        for d in self.drafters:
+            if not isinstance(d, Drafter):
+                raise TypeError(f"drafters must be specdec Drafter instances, got {type(d).__name__}")
+        self.n_drafters = len(self.drafters)
+        if self.n_drafters == 0:
+            n_max = 0
+        if not self.model.supports_partial_rollback and n_max > 0:
+            raise ValueError(f"{self.model.arch} cannot roll back its state; speculative decoding "
+                             "needs partial rollback or checkpoints")
+        self.rs_cap = -1
+        if (self.model.is_recurrent or self.model.is_hybrid) and n_max > 0:
+            if ctx.n_rs_seq < n_max:
+                raise ValueError(f"n_rs_seq={ctx.n_rs_seq} of the target context is too small for "
+                                 f"drafts of {n_max} tokens: create it with n_rs_seq >= n_max")
+            self.rs_cap = ctx.n_rs_seq
+        if n_max + 1 > ctx.n_batch:
+            raise ValueError(f"n_max={n_max} needs n_batch >= {n_max + 1} (have {ctx.n_batch})")
+        self.n_max = n_max
+        self.n_min = n_min
+        self.greedy = temperature <= 0.0
+        self.sp.temperature = temperature
+        self.sp.top_k = top_k
+        self.sp.top_p = top_p
+        self.sp.min_p = min_p
+        self.check = check
+        for s in ([stop] if isinstance(stop, (str, bytes)) else list(stop)):
+            b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
+            if not b:
+                raise ValueError("stop strings must not be empty")
+            self.stops.push_back(b)
+        self.dist = Distribution()
+        self.policy = DraftPolicy(n_max, 0.0, adaptive)
+        self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
+        self.seqs = []
+        self.n_seqs = 0
+
+    # --- request setup ----------------------------------------------------------------
+
+    def start(self, prompts, max_tokens, seeds=None):
+        """Begin one request per prompt (lists of token ids) on sequences 0..n-1."""
+        if not prompts:
+            raise ValueError("no prompts")
+        if len(prompts) > self.ctx.n_seq_max:
+            raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
+                             f"{self.ctx.n_seq_max}")
+        if isinstance(max_tokens, int):
+            max_tokens = [max_tokens] * len(prompts)
+        seeds = [0] * len(prompts) if seeds is None else list(seeds)
+        cdef int i
+        cdef vector[int32_t] toks
+        for i, mt in enumerate(max_tokens):
+            if not isinstance(mt, int) or isinstance(mt, bool) or mt <= 0:
+                raise ValueError(f"max_tokens must be a positive int, got {mt!r}")
+        checked = []
+        for p in prompts:
+            p = list(p)
+            if not p:
+                raise ValueError("empty prompt: nothing to condition on")
+            for t in p:
+                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+                    raise TypeError(f"prompt token ids must be ints, got {type(t).__name__}")
+                if not 0 <= t < self.model.n_vocab:
+                    raise ValueError(f"prompt token id {t} out of range [0, {self.model.n_vocab})")
+            if len(p) >= self.ctx.n_ctx_seq:
+                raise ContextFullError(f"prompt of {len(p)} tokens does not fit the context "
+                                       f"(n_ctx={self.ctx.n_ctx_seq}); leave room to generate")
+            checked.append(p)
+        self._reset_stats()
+        self.seqs = []
+        self.n_seqs = len(checked)
+        self.t_start = _now()
+        cdef _Seq s
+        for i in range(self.n_seqs):
+            s = _Seq()
+            s.id = i
+            s.max_tokens = max_tokens[i]
+            s.rng = Rng(seeds[i])
+            s.draft = Draft()
+            s.proposer = -1
+            self.seqs.append(s)
+            self.ctx.seq_rm_c(i, -1, -1)
+            toks.assign(<size_t>len(checked[i]), 0)
+            for j, t in enumerate(checked[i]):
+                toks[j] = t
+            self._prefill(s, toks)
+        self.t_prompt = _now() - self.t_start
+
+    cdef int _prefill(self, _Seq s, vector[int32_t] & toks) except -1:
+        cdef int n = toks.size(), i0 = 0, i, m
+        cdef Drafter d
+        for d in self.drafters:
+            d.begin_c(s.id, toks.data(), n)
+        while i0 < n:
+            m = min(self.ctx.n_batch, n - i0)
+            self.batch.clear_c()
+            for i in range(m):
+                self.batch.add_c(toks[i0 + i], i0 + i, s.id, i0 + i == n - 1)
+            self.ctx.decode_c(self.batch)
+            for d in self.drafters:
+                d.observe_c(s.id, toks.data() + i0, m, 0)
+            i0 += m
+        s.n_past = n
+        s.n_prompt = n
+        s.last = self._sample(s, m - 1)
+        self._emit(s, s.last)
+        return 0
+
+    # --- the round --------------------------------------------------------------------
+
+    cdef int32_t _sample(self, _Seq s, int row) except -1:
+        cdef float * lg = self.ctx.logits_c(row)
+        if lg == NULL:
+            raise RuntimeError(f"no logits at batch row {row}")
+        cdef int32_t y
+        if self.greedy:
+            y = argmax(lg, self.model.n_vocab)
+            if self.check:
+                self._check_argmax(row, y)
+            return y
+        self.dist.from_logits(lg, self.model.n_vocab, self.sp)
+        return self.dist.sample(s.rng)
+
+    cdef int _check_argmax(self, int row, int32_t y) except -1:
+        # an independent path (numpy over the zero-copy view) for the tests' internal check
+        ref = int(np.argmax(self.ctx.logits(row)))
+        if ref != y:
+            raise AssertionError(f"emitted token {y} is not the argmax {ref} of its verify row")
+        return 0
+
+    cdef bint _emit(self, _Seq s, int32_t tok) except -1:
+        """Append one token; True when the sequence is finished."""
+        cdef char buf[256]
+        cdef int n, start
+        cdef size_t pos, from_
+        if self.model.is_eog_c(tok):
+            s.finish = STOP_EOG
+            return True
+        s.out.push_back(tok)
+        n = self.model.piece_c(tok, buf, sizeof(buf))
+        if n > 0:
+            s.text.append(buf, n)
+            for i in range(self.stops.size()):
+                start = <int>s.text.size() - n - <int>self.stops[i].size() + 1
+                from_ = start if start > 0 else 0
+                pos = s.text.find(self.stops[i], from_)
+                if pos != <size_t>-1:
+                    s.text.resize(pos)
+                    s.finish = STOP_STRING
+                    return True
+        if <int>s.out.size() >= s.max_tokens:
+            s.finish = LENGTH
+            return True
+        return False
+
+    cdef int _propose(self, _Seq s, int k_cap) except -1:
+        cdef Drafter d
+        cdef int i
+        s.draft.clear()
+        s.proposer = -1
+        if k_cap <= 0:
+            return 0
+        for i in range(self.n_drafters):
+            d = <Drafter> self.drafters[i]
+            d.propose_c(s.id, s.last, k_cap, s.draft)
+            if <int>s.draft.tokens.size() > k_cap:
+                s.draft.tokens.resize(k_cap)
+            if <int>s.draft.tokens.size() >= (self.n_min if self.n_min > 0 else 1):
+                s.proposer = i
+                return 0
+            s.draft.clear()
+        return 0
+
+    def step(self) -> int:
+        """One round for every live sequence; returns how many sequences are still running."""
+        cdef _Seq s
+        cdef int i, k_cap, alive = 0
+        cdef double t0 = _now(), t1
+        self.batch.clear_c()
+        for s in self.seqs:
+            if s.finish != RUNNING:
+                continue
+            if s.n_past >= self.ctx.n_ctx_seq:
+                s.finish = CTX_FULL
+                continue
+            k_cap = min(self.policy.next_len(),
+                        s.max_tokens - <int>s.out.size(),
+                        self.ctx.n_ctx_seq - s.n_past - 1,
+                        self.ctx.n_batch - self.batch.b.n_tokens - 1)
+            if self.rs_cap >= 0:
+                k_cap = min(k_cap, self.rs_cap)
+            t1 = _now()
+            self._propose(s, k_cap)
+            t1 = _now() - t1
+            self.t_draft += t1
+            s.k = s.draft.tokens.size()
+            self.policy.observe_draft_time(s.k, t1)
+            s.row0 = self.batch.b.n_tokens
+            self.batch.add_c(s.last, s.n_past, s.id, True)
+            for i in range(s.k):
+                self.batch.add_c(s.draft.tokens[i], s.n_past + 1 + i, s.id, True)
+            alive += 1
+        if alive == 0:
+            self.t_total = _now() - self.t_start
+            return 0
+        t1 = _now()
+        self.ctx.decode_c(self.batch)
+        cdef double t_dec = _now() - t1
+        self.t_target += t_dec
+        self.n_rounds += 1
+        alive = 0
+        for s in self.seqs:
+            if s.finish != RUNNING or s.row0 < 0:
+                continue
+            self._verify(s, t_dec)
+            s.row0 = -1
+            if s.finish == RUNNING:
+                alive += 1
+        self.t_total = _now() - self.t_start
+        return alive
+
+    cdef int _verify(self, _Seq s, double t_dec) except -1:
+        cdef int a = 0, i, k = s.k
+        cdef int32_t y, x
+        cdef float px, qx
+        cdef bint done = False
+        cdef Drafter d
+        # accept the longest agreeing prefix
+        if self.greedy:
+            while True:
+                y = self._sample(s, s.row0 + a)
+                if a < k and s.draft.tokens[a] == y:
+                    a += 1
+                    continue
+                break
+        else:
+            y = -1
+            while a < k:
+                self.dist.from_logits(self.ctx.logits_c(s.row0 + a), self.model.n_vocab, self.sp)
+                x = s.draft.tokens[a]
+                px = self.dist.prob_of(x)
+                qx = self._q(s, a, x)
+                if s.rng.uniform() < px / qx:
+                    a += 1
+                    continue
+                if s.draft.has_probs:
+                    y = self.dist.sample_residual(
+                        s.rng, s.draft.q_ids.data() + s.draft.q_off[a],
+                        s.draft.q_probs.data() + s.draft.q_off[a],
+                        s.draft.q_off[a + 1] - s.draft.q_off[a])
+                else:
+                    qx = 1.0
+                    y = self.dist.sample_residual(s.rng, &x, &qx, 1)
+                break
+            if y < 0:
+                y = self._sample(s, s.row0 + k)
+        # the target's memory keeps ``last, d1..da``; the rest is rolled back
+        cdef int keep = s.n_past + 1 + a
+        if a < k:
+            if not self.ctx.seq_rm_c(s.id, keep, -1):
+                raise RuntimeError(f"rollback of sequence {s.id} to {keep} refused by llama.cpp")
+        self.scratch.clear()
+        self.scratch.push_back(s.last)
+        for i in range(a):
+            self.scratch.push_back(s.draft.tokens[i])
+        cdef double t1 = _now()
+        for i in range(self.n_drafters):
+            d = <Drafter> self.drafters[i]
+            d.observe_c(s.id, self.scratch.data(), a + 1, s.row0)
+            if i == s.proposer:
+                d.accept_c(s.id, a)
+        self.t_draft += _now() - t1
+        s.n_past = keep
+        # stats
+        if k > 0:
+            self.n_draft_rounds += 1
+            self.n_drafted += k
+            self.n_accepted += a
+            if <int>self.drafted_at.size() < k:
+                self.drafted_at.resize(k, 0)
+                self.accepted_at.resize(k, 0)
+            for i in range(k):
+                self.drafted_at[i] += 1
+                if i < a:
+                    self.accepted_at[i] += 1
+        self.policy.observe(k, a, t_dec)
+        # emit d1..da then y, stopping at EOS / stop strings / max_tokens
+        for i in range(a):
+            if self._emit(s, s.draft.tokens[i]):
+                return 0
+        if not self._emit(s, y):
+            s.last = y
+        return 0
+
+    cdef float _q(self, _Seq s, int pos, int32_t x) noexcept:
+        cdef int j
+        if not s.draft.has_probs:
+            return 1.0
+        for j in range(s.draft.q_off[pos], s.draft.q_off[pos + 1]):
+            if s.draft.q_ids[j] == x:
+                return s.draft.q_probs[j]
+        return 1.0
+
+    def run(self):
+        """Rounds until every sequence has finished."""
+        while self.step() > 0:
+            pass
+
+    # --- results ----------------------------------------------------------------------
+
+    def take_text(self, int seq=0) -> bytes:
+        """Bytes emitted for ``seq`` since the last call (for streaming)."""
+        cdef _Seq s = self.seqs[seq]
+        if s.taken >= s.text.size():   # nothing new, or a stop string cut the tail
+            s.taken = s.text.size()
+            return b""
+        cdef bytes b = s.text.substr(s.taken)
+        s.taken = s.text.size()
+        return b
+
+    def text(self, int seq=0) -> bytes:
+        cdef _Seq s = self.seqs[seq]
+        return s.text
+
+    def tokens(self, int seq=0) -> list:
+        cdef _Seq s = self.seqs[seq]
+        return [s.out[i] for i in range(s.out.size())]
+
+    def finish_reason(self, int seq=0):
+        cdef _Seq s = self.seqs[seq]
+        return _FINISH[s.finish]
+
+    def n_prompt(self, int seq=0) -> int:
+        cdef _Seq s = self.seqs[seq]
+        return s.n_prompt
+
+    def n_past(self, int seq=0) -> int:
+        cdef _Seq s = self.seqs[seq]
+        return s.n_past
+
+    @property
+    def n_sequences(self) -> int:
+        return self.n_seqs
+
+    cdef _reset_stats(self):
+        self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
+        self.drafted_at.clear()
+        self.accepted_at.clear()
+        self.t_prompt = self.t_target = self.t_draft = self.t_total = 0.0
+
+    def stats(self) -> dict:
+        """Counters of the current request, as plain Python values."""
+        n_gen = sum((<_Seq>s).out.size() for s in self.seqs)
+        t_gen = max(self.t_total - self.t_prompt, 1e-9)
+        return {
+            "n_prompt": sum((<_Seq>s).n_prompt for s in self.seqs),
+            "n_generated": n_gen,
+            "rounds": self.n_rounds,
+            "draft_rounds": self.n_draft_rounds,
+            "drafted": self.n_drafted,
+            "accepted": self.n_accepted,
+            "acceptance_rate": (<double>self.n_accepted / self.n_drafted) if self.n_drafted else 0.0,
+            "drafted_per_position": [self.drafted_at[i] for i in range(self.drafted_at.size())],
+            "accepted_per_position": [self.accepted_at[i] for i in range(self.accepted_at.size())],
+            "t_prompt_s": self.t_prompt,
+            "t_generate_s": t_gen,
+            "t_target_s": self.t_target,
+            "t_draft_s": self.t_draft,
+            "t_controller_s": max(t_gen - self.t_target - self.t_draft, 0.0),
+            # the first token comes from the prompt pass; the rest from rounds
+            "tokens_per_s": (max(n_gen - len(self.seqs), 0) / t_gen) if n_gen else 0.0,
+        }

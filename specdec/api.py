@@ -1,0 +1,264 @@
+"""The Python API: a reusable decoder, and ``generate`` / ``stream`` shortcuts."""
+from __future__ import annotations
+
+import codecs
+import os
+import threading
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Union
+
+from ._controller import Controller
+from ._core import ContextBusyError, Context, Model
+from .config import Sampling, SpecConfig
+from .drafters import Drafter, create as create_drafter
+from .results import GenerationResult, Stats
+
+PathLike = Union[str, "os.PathLike[str]"]
+Prompt = Union[str, bytes, Sequence[int]]
+DrafterSpec = Union[str, Drafter, Any]
+
+
+def _as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[DrafterSpec]:
+    if drafter is None:
+        return []
+    if isinstance(drafter, (list, tuple)):
+        return list(drafter)
+    return [drafter]
+
+
+class Decoder:
+    """A model, its context and its drafters, kept across calls.
+
+    ``drafter`` is a name (``"ngram"``, ``"draft:PATH"``), a :class:`Drafter`, an
+    object with ``propose``, or a list of them tried in order (a chain).
+    ``exact=True`` loads the target without repacked weight layouts so that
+    batched verification runs the same kernels as single-token decoding.
+    """
+
+    def __init__(
+        self,
+        model: Union[Model, PathLike],
+        *,
+        drafter: Union[DrafterSpec, Sequence[DrafterSpec], None] = None,
+        n_max: int = 4,
+        n_min: int = 0,
+        p_min: float = 0.0,
+        adaptive: bool = False,
+        exact: bool = False,
+        n_ctx: int = 4096,
+        n_batch: int = 512,
+        n_ubatch: Optional[int] = None,
+        n_threads: Optional[int] = None,
+        n_seq_max: int = 1,
+        load_mtp: Optional[bool] = None,
+        check: bool = False,
+    ) -> None:
+        self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
+        self.exact = bool(exact)
+        specs = _as_list(drafter)
+        if isinstance(model, Model):
+            self.model = model
+        else:
+            wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
+            self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
+                               use_extra_bufts=not self.exact)
+        self.drafters: List[Drafter] = [create_drafter(s) for s in specs]
+        for d in self.drafters:
+            configure = getattr(d, "configure", None)
+            if configure is not None:
+                configure(self.spec)
+        n_max_eff = self.spec.n_max if self.drafters else 0
+        recurrent = self.model.is_recurrent or self.model.is_hybrid
+        nextn = None
+        for d in self.drafters:
+            nextn = getattr(d, "target_nextn", None) or nextn
+        self.ctx = Context(
+            self.model, n_ctx=n_ctx, n_batch=max(n_batch, n_seq_max * (n_max_eff + 1)),
+            n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
+            n_rs_seq=n_max_eff if (recurrent and n_max_eff) else 0, nextn=nextn)
+        for d in self.drafters:
+            d.bind(self.ctx, n_seq_max)
+        self.check = bool(check)
+        self._lock = threading.Lock()
+        self._controller: Optional[Controller] = None
+
+    def __repr__(self) -> str:
+        names = [d.name for d in self.drafters] or ["plain"]
+        return f"Decoder({self.model!r}, drafters={names}, n_max={self.spec.n_max})"
+
+    # --- setup per request -------------------------------------------------------------
+
+    def tokenize(self, prompt: Prompt) -> List[int]:
+        if isinstance(prompt, (str, bytes)):
+            return self.model.tokenize(prompt, add_special=True, parse_special=True)
+        return list(prompt)
+
+    def _controller_for(self, sampling: Sampling, stop: Union[str, Iterable[str]]) -> Controller:
+        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or ())
+        return Controller(
+            self.ctx, self.drafters, n_max=self.spec.n_max if self.drafters else 0,
+            n_min=self.spec.n_min, adaptive=self.spec.adaptive,
+            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
+            min_p=sampling.min_p, stop=stops, check=self.check)
+
+    def _begin(self, prompts: List[Prompt], max_tokens: int, sampling, stop) -> Controller:
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        s = Sampling.resolve(sampling)
+        ctl = self._controller_for(s, stop)
+        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
+        ctl.start([self.tokenize(p) for p in prompts], max_tokens,
+                  [seed + i for i in range(len(prompts))])
+        return ctl
+
+    def _acquire(self) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise ContextBusyError("this Decoder is in use by another thread (or an unfinished "
+                                   "stream); use one Decoder per thread")
+
+    @staticmethod
+    def _result(ctl: Controller, seq: int = 0) -> GenerationResult:
+        st = ctl.stats()
+        if ctl.n_sequences > 1:
+            st = dict(st, n_prompt=ctl.n_prompt(seq), n_generated=len(ctl.tokens(seq)))
+        return GenerationResult(
+            text=ctl.text(seq).decode("utf-8", "replace"), tokens=ctl.tokens(seq),
+            finish_reason=ctl.finish_reason(seq), stats=Stats(**st))
+
+    # --- public ------------------------------------------------------------------------
+
+    def generate(self, prompt: Prompt, *, max_tokens: int = 128,
+                 sampling: Union[Sampling, dict, str, None] = None,
+                 stop: Union[str, Iterable[str]] = ()) -> GenerationResult:
+        """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids)."""
+        self._acquire()
+        try:
+            ctl = self._begin([prompt], max_tokens, sampling, stop)
+            ctl.run()
+            return self._result(ctl)
+        finally:
+            self._lock.release()
+
+    def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
+                       sampling: Union[Sampling, dict, str, None] = None,
+                       stop: Union[str, Iterable[str]] = ()) -> List[GenerationResult]:
+        """Several prompts at once, verified together in one batch per round."""
+        self._acquire()
+        try:
+            ctl = self._begin(list(prompts), max_tokens, sampling, stop)
+            ctl.run()
+            return [self._result(ctl, i) for i in range(len(prompts))]
+        finally:
+            self._lock.release()
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 128,
+               sampling: Union[Sampling, dict, str, None] = None,
+               stop: Union[str, Iterable[str]] = ()) -> "Stream":
+        """Text pieces as they are accepted; ``.result`` holds the full result at the end."""
+        self._acquire()
+        try:
+            ctl = self._begin([prompt], max_tokens, sampling, stop)
+        except BaseException:
+            self._lock.release()
+            raise
+        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or ())
+        return Stream(self, ctl, [s if isinstance(s, str) else s.decode() for s in stops])
+
+
+class Stream:
+    """Iterator over text pieces of one generation (one piece per round)."""
+
+    def __init__(self, decoder: Decoder, ctl: Controller, stops: List[str]) -> None:
+        self._decoder = decoder
+        self._ctl = ctl
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""
+        self._hold = max((len(s) for s in stops), default=1) - 1
+        self._stops = stops
+        self._first = True
+        self._yielded = 0
+        self.result: Optional[GenerationResult] = None
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def _release(self) -> None:
+        if self.result is None:
+            self.result = Decoder._result(self._ctl)
+            self._decoder._lock.release()
+
+    def _piece(self, final: bool) -> str:
+        if final:
+            # the whole text, once: a stop string may have cut what was held back
+            self._held = ""
+            text = self._ctl.text().decode("utf-8", "replace")[self._yielded:]
+            self._yielded += len(text)
+            return text
+        text = self._held + self._utf8.decode(self._ctl.take_text())
+        if not self._hold:
+            self._yielded += len(text)
+            return text
+        # hold back a tail that could still become a stop string
+        keep = 0
+        for s in self._stops:
+            for n in range(min(len(s) - 1, len(text)), 0, -1):
+                if text.endswith(s[:n]):
+                    keep = max(keep, n)
+                    break
+        self._held = text[len(text) - keep:] if keep else ""
+        out = text[:len(text) - keep] if keep else text
+        self._yielded += len(out)
+        return out
+
+    def __next__(self) -> str:
+        if self.result is not None:
+            raise StopIteration
+        try:
+            while True:
+                if self._first:
+                    self._first = False
+                    alive = self._ctl.finish_reason() is None
+                else:
+                    alive = self._ctl.step() > 0
+                if not alive:
+                    piece = self._piece(final=True)
+                    self._release()
+                    if piece:
+                        return piece
+                    raise StopIteration
+                piece = self._piece(final=False)
+                if piece:
+                    return piece
+        except StopIteration:
+            raise
+        except BaseException:
+            self._release()
+            raise
+
+    def close(self) -> None:
+        """Stop early; the decoder is free again."""
+        self._release()
+
+    def __del__(self) -> None:
+        if self.result is None and self._decoder._lock.locked():
+            try:
+                self._release()
+            except Exception:
+                pass
+
+
+def generate(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
+             sampling: Union[Sampling, dict, str, None] = None,
+             stop: Union[str, Iterable[str]] = (), drafter=None, **decoder_options: Any
+             ) -> GenerationResult:
+    """One-shot generation. For repeated calls keep a :class:`Decoder` instead."""
+    dec = Decoder(model, drafter=drafter, **decoder_options)
+    return dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+
+
+def stream(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
+           sampling: Union[Sampling, dict, str, None] = None,
+           stop: Union[str, Iterable[str]] = (), drafter=None, **decoder_options: Any
+           ) -> Iterator[str]:
+    """One-shot streaming generation: yields text pieces."""
+    dec = Decoder(model, drafter=drafter, **decoder_options)
+    return dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)

@@ -1,0 +1,85 @@
+"""Generation settings, resolved once into immutable objects before the loop starts."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Union
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the target's next token is chosen.
+
+    ``temperature == 0`` is greedy (argmax, lossless speculative verification).
+    Otherwise top-k, top-p and min-p filter the raw logits, then temperature
+    scales them (llama.cpp's order), and speculative verification uses
+    rejection sampling so the output distribution is exactly this one.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "min_p"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0.0 <= self.min_p <= 1.0:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @classmethod
+    def resolve(cls, value: Union["Sampling", Mapping[str, Any], str, None]) -> "Sampling":
+        """Accept a Sampling, a dict of its fields, ``"greedy"`` or None."""
+        if value is None or value == "greedy":
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            unknown = set(value) - {"temperature", "top_k", "top_p", "min_p", "seed"}
+            if unknown:
+                raise ValueError(f"unknown sampling options: {sorted(unknown)}")
+            return cls(**value)
+        raise TypeError(f"sampling must be a Sampling, a dict or 'greedy', got {type(value).__name__}")
+
+    def with_seed(self, seed: Optional[int]) -> "Sampling":
+        return replace(self, seed=seed)
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How drafts are made and verified.
+
+    ``n_max`` caps the draft length, ``n_min`` drops shorter drafts, ``p_min``
+    lets probabilistic drafters stop early, and ``adaptive`` picks the length
+    each round from measured acceptance and measured verify cost.
+    """
+
+    n_max: int = 4
+    n_min: int = 0
+    p_min: float = 0.0
+    adaptive: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("n_max", "n_min"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+        if self.n_max > 64:
+            raise ValueError(f"n_max must be at most 64, got {self.n_max}")
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"p_min must be in [0, 1], got {self.p_min}")

@@ -1,0 +1,133 @@
+# cython: language_level=3
+# distutils: language = c++
+"""Prompt lookup (llama.cpp's ``ngram-simple``): copy what followed the last
+occurrence of the current n-gram in the prompt or the generation.
+
+The key is the last ``n - 1`` accepted tokens plus the pending token. Where
+llama.cpp scans the history backwards every round, a hash map from each n-gram
+to the position after its latest occurrence makes a lookup O(1). With
+``fallback=True`` shorter keys (down to ``n_min_key``) are tried when the full
+key has never been seen.
+"""
+from libc.stdint cimport int32_t, uint64_t
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+from cython.operator cimport dereference as deref
+
+from .._core cimport Context
+from ._base cimport Drafter, Draft
+from .registry import register
+
+
+cdef inline uint64_t _mix(uint64_t h, int32_t t) noexcept nogil:
+    h ^= <uint64_t>(<unsigned int>t) + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2)
+    return h * 0xFF51AFD7ED558CCDULL
+
+
+cdef class _SeqIndex:
+    # one map per key length: hash of the n-gram -> index in hist just after it
+    cdef vector[unordered_map[uint64_t, int32_t]] maps
+    cdef int indexed     # hist entries already indexed
+
+
+cdef class NgramDrafter(Drafter):
+    """``n``: key length; ``n_min_key``: shortest fallback key; proposals follow the
+    latest match, up to the controller's ``n_max``."""
+    cdef readonly int n
+    cdef readonly int n_min_key
+    cdef list index
+
+    def __init__(self, n=3, *, n_min_key=None, name="ngram"):
+        super().__init__(name)
+        n = int(n)
+        if not 1 <= n <= 16:
+            raise ValueError(f"n-gram key length must be in 1..16, got {n}")
+        self.n = n
+        self.n_min_key = n if n_min_key is None else int(n_min_key)
+        if not 1 <= self.n_min_key <= n:
+            raise ValueError(f"n_min_key must be in 1..{n}, got {n_min_key}")
+        self.index = []
+
+    cdef _SeqIndex _idx(self, int seq):
+        while len(self.index) <= seq:
+            ix = _SeqIndex()
+            (<_SeqIndex>ix).maps.resize(self.n + 1)
+            self.index.append(ix)
+        return <_SeqIndex> self.index[seq]
+
+    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
+        Drafter.begin_c(self, seq, toks, n)
+        cdef _SeqIndex ix = self._idx(seq)
+        cdef int k
+        for k in range(self.n + 1):
+            ix.maps[k].clear()
+        ix.indexed = 0
+        self._index_upto(seq, ix)
+        return 0
+
+    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
+        Drafter.observe_c(self, seq, toks, n, row0)
+        self._index_upto(seq, self._idx(seq))
+        return 0
+
+    cdef int reset_c(self, int seq) except -1:
+        Drafter.reset_c(self, seq)
+        if seq < len(self.index):
+            self.index[seq] = None
+            self.index[seq] = _SeqIndex()
+            (<_SeqIndex>self.index[seq]).maps.resize(self.n + 1)
+        return 0
+
+    cdef void _index_upto(self, int seq, _SeqIndex ix) noexcept:
+        # every n-gram ending at hist[e - 1] maps to e (the token after it)
+        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef int total = h.size(), e, k, j
+        cdef uint64_t key
+        # e == total has no continuation yet: it is indexed once a token follows
+        for e in range(max(ix.indexed + 1, 1), total):
+            key = 0
+            for k in range(1, self.n + 1):
+                j = e - k
+                if j < 0:
+                    break
+                key = _mix(key, h[0][j])
+                if k >= self.n_min_key:
+                    ix.maps[k][key] = e
+        if total - 1 > ix.indexed:
+            ix.indexed = total - 1
+
+    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        out.clear()
+        if seq >= len(self.index) or n_max <= 0:
+            return 0
+        cdef _SeqIndex ix = <_SeqIndex> self.index[seq]
+        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef int total = h.size(), k, j, start = -1, i
+        cdef uint64_t key = _mix(0, last)
+        cdef unordered_map[uint64_t, int32_t].iterator it
+        # keys are built newest-first: last, hist[-1], hist[-2], ...
+        cdef vector[uint64_t] keys
+        keys.push_back(key)
+        for k in range(2, self.n + 1):
+            j = total - (k - 1)
+            if j < 0:
+                break
+            key = _mix(key, h[0][j])
+            keys.push_back(key)
+        for k in range(<int>keys.size(), self.n_min_key - 1, -1):
+            if k < 1:
+                break
+            it = ix.maps[k].find(keys[k - 1])
+            if it != ix.maps[k].end():
+                start = deref(it).second
+                break
+        if start < 0:
+            return 0
+        for i in range(n_max):
+            if start + i >= total:
+                break
+            out.tokens.push_back(h[0][start + i])
+        return 0
+
+
+register("ngram")(NgramDrafter)

@@ -1,0 +1,52 @@
+"""What a generation returns: text, tokens, why it stopped, and what it cost."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Counters of one generation. Times are seconds; rates are per second of generation."""
+
+    n_prompt: int
+    n_generated: int
+    tokens_per_s: float
+    t_prompt_s: float
+    t_generate_s: float
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float = 0.0
+    drafted_per_position: List[int] = field(default_factory=list)
+    accepted_per_position: List[int] = field(default_factory=list)
+    draft_rounds: int = 0
+    t_target_s: float = 0.0
+    t_draft_s: float = 0.0
+    t_controller_s: float = 0.0
+
+    @property
+    def acceptance_per_position(self) -> List[float]:
+        """P(draft i accepted | it was proposed), per draft position."""
+        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+
+    @property
+    def mean_accepted_per_round(self) -> float:
+        return self.accepted / self.draft_rounds if self.draft_rounds else 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["acceptance_per_position"] = self.acceptance_per_position
+        return d
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    text: str
+    tokens: List[int]
+    finish_reason: Optional[str]
+    stats: Stats
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"text": self.text, "tokens": list(self.tokens),
+                "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}

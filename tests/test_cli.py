@@ -1,0 +1,42 @@
+"""The command line, as a user runs it."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args, check=True):
+    p = subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True,
+                       timeout=300)
+    if check:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def test_generate_json_default_model(gemma_path):
+    p = _run("generate", "--prompt", "The capital of France is", "--max-tokens", "12", "--json")
+    out = json.loads(p.stdout)
+    assert set(out) >= {"text", "tokens", "finish_reason", "stats"}
+    assert len(out["tokens"]) == 12 and out["finish_reason"] == "length"
+    assert {"n_prompt", "n_generated", "tokens_per_s"} <= set(out["stats"])
+    assert out["stats"]["n_generated"] == 12
+
+
+def test_generate_text_with_model(tiny_dense_path):
+    p = _run("generate", "-m", tiny_dense_path, "-p", "tok_5", "-n", "4")
+    assert "4 tokens" in p.stderr
+
+
+def test_drafters_lists_builtins():
+    p = _run("drafters")
+    assert "ngram" in p.stdout
+
+
+def test_bad_model_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("nope")
+    p = _run("generate", "-m", str(bad), "-p", "x", check=False)
+    assert p.returncode == 1 and "not a GGUF" in p.stderr
+    p = _run("generate", "-m", str(tmp_path / "missing.gguf"), "-p", "x", check=False)
+    assert p.returncode == 1 and "not found" in p.stderr
