@@ -116,10 +116,15 @@ def _write_stamp(root: Path, stamp: dict[str, Any]) -> None:
     os.replace(tmp, root / STAMP)  # atomic: a concurrent reader sees old or new, never half
 
 
+def _stamp_current(stamp: dict[str, Any]) -> bool:
+    """Whether a stamp was written for this pin and these flags (the dir may be overridden)."""
+    return stamp.get("pin") == _pin() and stamp.get("flags") == _flags_hash()
+
+
 def _built(root: Path, names: Sequence[str]) -> dict[str, Path] | None:
     """Paths of ``names`` if the stamp says they were built with the current pin and flags."""
     stamp = _read_stamp(root)
-    if stamp.get("flags") != _flags_hash():
+    if not _stamp_current(stamp):
         return None
     tools = stamp.get("tools", {})
     out = {}
@@ -164,7 +169,8 @@ def _cached_source(build: Path) -> str | None:
 
 def _run_logged(cmd: list[str], out: IO[str] | None) -> None:
     """Run a build step; its output goes to ``out`` (a log file) or to our stderr."""
-    res = subprocess.run(cmd, stdout=out or sys.stderr, stderr=subprocess.STDOUT, text=True)
+    # fd 2 rather than sys.stderr: the latter may be a Python object with no fileno (pytest)
+    res = subprocess.run(cmd, stdout=out if out is not None else 2, stderr=subprocess.STDOUT)
     if res.returncode != 0:
         where = f" (see {out.name})" if out is not None else ""
         raise RuntimeError(f"build step failed with rc={res.returncode}{where}: {' '.join(cmd)}")
@@ -198,8 +204,8 @@ def ensure_tools(
         src = _source_dir()
         build = root / "build"
         stamp = _read_stamp(root)
-        if stamp.get("flags") != _flags_hash():
-            stamp = {}
+        if not _stamp_current(stamp):
+            stamp = {}  # reconfigure; ninja then rebuilds whatever the new flags or tree touch
         cached = _cached_source(build)
         if cached is not None and Path(cached).resolve() != src:
             shutil.rmtree(build)  # a cache configured for another checkout cannot be reused
@@ -273,8 +279,12 @@ def run_simple(
       n_predict - 1`` (libllama pads it up to a multiple of 256), ``n_batch =
       n_prompt`` (the whole prompt is one ``llama_decode``), ``n_ubatch =
       min(n_prompt, 512)`` (default 512, clamped to n_batch), n_seq_max 1,
-      KV cache F16, flash attention AUTO, ``no_perf=false``. Model params are
-      the defaults with ``n_gpu_layers = 99`` (irrelevant on a CPU build).
+      KV cache F16 with ``swa_full=true``, flash attention AUTO (resolves to
+      on: the graph uses FLASH_ATTN_EXT on CPU), ``no_perf=false``. Model params
+      are the defaults (mmap, extra buffer types on, so Q4_K weights are
+      repacked to q4_K_8x8) with ``n_gpu_layers = 99`` (moot on a CPU build).
+      E.g. a 602-token prompt with n_predict 64 logged n_ctx 768, n_batch 602,
+      n_ubatch 512.
     * Threads: llama-simple has no ``-t``; it keeps the default ``n_threads =
       n_threads_batch = GGML_DEFAULT_N_THREADS = 4``. ggml runs its graph in an
       OpenMP ``parallel num_threads(n)`` region and then uses however many

@@ -20,15 +20,51 @@ import numpy as np
 DEF _CUTOFF = 40.0
 
 
+cdef extern from *:
+    """
+    #include <math.h>
+    #if defined(__AVX__)
+    #include <immintrin.h>
+    #endif
+    /* First index of the maximum (llama.cpp's greedy tie rule), vectorised: one pass
+       for the value, one for its first position. NaNs never win, as with `x > m`. */
+    static int specdec_argmax(const float * x, int n) {
+        float m = -INFINITY;
+        int i = 0;
+    #if defined(__AVX__)
+        __m256 vm = _mm256_set1_ps(-INFINITY);
+        for (; i + 8 <= n; i += 8) vm = _mm256_max_ps(_mm256_loadu_ps(x + i), vm);
+        float buf[8];
+        _mm256_storeu_ps(buf, vm);
+        for (int k = 0; k < 8; ++k) if (buf[k] > m) m = buf[k];
+    #endif
+        for (; i < n; ++i) if (x[i] > m) m = x[i];
+        i = 0;
+    #if defined(__AVX__)
+        const __m256 vt = _mm256_set1_ps(m);
+        for (; i + 8 <= n; i += 8) {
+            int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vt, _CMP_EQ_OQ));
+            if (mask) return i + __builtin_ctz(mask);
+        }
+    #endif
+        for (; i < n; ++i) if (x[i] == m) return i;
+        return 0;
+    }
+    """
+    int specdec_argmax(const float * x, int n) noexcept nogil
+
+
 cdef int argmax(const float * x, int n) noexcept nogil:
     """Index of the first maximum: the tie rule of llama.cpp's greedy sampler."""
-    cdef int i, best = 0
-    cdef float m = x[0]
-    for i in range(1, n):
-        if x[i] > m:
-            m = x[i]
-            best = i
-    return best
+    return specdec_argmax(x, n)
+
+
+def argmax_py(x) -> int:
+    """``argmax`` on a float32 array (for tests)."""
+    cdef const float[::1] v = np.ascontiguousarray(x, dtype=np.float32)
+    if v.shape[0] == 0:
+        raise ValueError("empty array")
+    return argmax(&v[0], v.shape[0])
 
 
 cdef inline uint64_t _rotl(uint64_t x, int k) noexcept nogil:

@@ -44,3 +44,17 @@ def test_rng_uniform_and_reproducible():
     assert 0 <= min(xs) and max(xs) < 1
     assert abs(np.mean(xs) - 0.5) < 0.01
     assert a[0] == a[1]
+
+
+def test_argmax_first_maximum():
+    from specdec._sampling import argmax_py
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 8, 9, 100, 262144):
+        x = rng.standard_normal(n).astype(np.float32)
+        assert argmax_py(x) == int(np.argmax(x))
+    x = np.zeros(50, np.float32)
+    x[[13, 40]] = 5.0
+    assert argmax_py(x) == 13          # ties: the first, like llama.cpp's greedy sampler
+    x[3] = np.nan
+    assert argmax_py(x) == 13          # NaN never wins
+    assert argmax_py(np.full(20, -np.inf, np.float32)) == 0

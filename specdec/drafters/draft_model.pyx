@@ -1,0 +1,158 @@
+# cython: language_level=3
+# distutils: language = c++
+"""A separate, smaller draft model with a compatible vocabulary (llama.cpp's ``draft-simple``).
+
+The draft context mirrors the target's history. Drafting decodes the pending
+token and then its own greedy guesses one at a time; what the target accepts is
+already in the draft context, so ``observe`` keeps the agreeing prefix of those
+speculative tokens, trims the rest and decodes only what is missing.
+"""
+from libc.math cimport exp
+from libc.stdint cimport int32_t
+from libcpp.vector cimport vector
+
+from .._core cimport Model, Context, Batch
+from .._sampling cimport argmax
+from ._base cimport Drafter, Draft
+from .registry import register
+
+import os
+
+
+cdef class DraftModelDrafter(Drafter):
+    """``path``: the draft GGUF (or a loaded ``Model``). ``p_min``: stop drafting when the
+    draft model's probability of its own next guess falls below it."""
+    cdef readonly Model draft_model
+    cdef readonly Context draft_ctx
+    cdef Batch batch
+    cdef object _source
+    cdef readonly float p_min
+    cdef int n_threads
+    cdef vector[vector[int32_t]] in_ctx   # per sequence: tokens held by the draft context
+    cdef vector[int32_t] n_hist           # per sequence: how many of them are target history
+
+    def __init__(self, path=None, *, p_min=0.0, n_threads=None, name="draft"):
+        super().__init__(name)
+        if path is None and type(self) is DraftModelDrafter:
+            raise ValueError("the draft drafter needs a model: draft:PATH")
+        self._source = path
+        self.p_min = float(p_min)
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"p_min must be in [0, 1], got {p_min}")
+        self.n_threads = 0 if n_threads is None else int(n_threads)
+
+    def set_source(self, path):
+        """The draft GGUF to load at ``bind`` (subclasses that derive it late use this)."""
+        self._source = path
+
+    def configure(self, spec):
+        """Take ``p_min`` from the decoder's SpecConfig unless given explicitly."""
+        if self.p_min == 0.0:
+            self.p_min = spec.p_min
+
+    cdef int bind_c(self, Context target, int n_seq) except -1:
+        Drafter.bind_c(self, target, n_seq)
+        if self._source is None:
+            raise ValueError("no draft model to load")
+        if isinstance(self._source, Model):
+            self.draft_model = self._source
+        else:
+            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=target.model.use_extra_bufts)
+        if not target.model.vocab_compatible(self.draft_model):
+            raise ValueError(f"draft model {os.path.basename(self.draft_model.path)!r} has a "
+                             f"vocabulary incompatible with the target {target.model.arch!r}")
+        if self.draft_model.is_recurrent or self.draft_model.is_hybrid:
+            raise ValueError("recurrent/hybrid draft models are not supported: their state cannot "
+                             "be rolled back across the draft's several decodes")
+        self.draft_ctx = Context(self.draft_model, n_ctx=target.n_ctx, n_batch=target.n_batch,
+                                 n_seq_max=n_seq,
+                                 n_threads=self.n_threads or target.n_threads)
+        self.batch = Batch(self.draft_ctx.n_batch, n_seq_max=n_seq)
+        self.in_ctx.clear()
+        self.in_ctx.resize(n_seq)
+        self.n_hist.assign(n_seq, 0)
+        return 0
+
+    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
+        Drafter.begin_c(self, seq, toks, n)
+        self._check_bound(seq)
+        self.draft_ctx.seq_rm_c(seq, -1, -1)
+        self.in_ctx[seq].clear()
+        self.n_hist[seq] = 0
+        return 0
+
+    cdef int _check_bound(self, int seq) except -1:
+        if self.draft_ctx is None:
+            raise RuntimeError("the draft drafter is not bound to a target (Decoder does this)")
+        if seq < 0 or seq >= <int>self.in_ctx.size():
+            raise ValueError(f"sequence {seq} out of range for the draft context")
+        return 0
+
+    cdef int _trim(self, int seq, int keep) except -1:
+        if <int>self.in_ctx[seq].size() > keep:
+            self.draft_ctx.seq_rm_c(seq, keep, -1)
+            self.in_ctx[seq].resize(keep)
+        return 0
+
+    cdef int _decode(self, int seq, const int32_t * toks, int n, bint out_last) except -1:
+        cdef int i0 = 0, i, m, pos
+        while i0 < n:
+            m = min(n - i0, self.draft_ctx.n_batch)
+            self.batch.clear_c()
+            for i in range(m):
+                pos = self.in_ctx[seq].size()
+                self.batch.add_c(toks[i0 + i], pos, seq, out_last and i0 + i == n - 1)
+                self.in_ctx[seq].push_back(toks[i0 + i])
+            self.draft_ctx.decode_c(self.batch)
+            i0 += m
+        return 0
+
+    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
+        Drafter.observe_c(self, seq, toks, n, row0)
+        self._check_bound(seq)
+        cdef int base = self.n_hist[seq], m = 0
+        cdef vector[int32_t] * have = &self.in_ctx[seq]
+        # keep what the draft context already holds of these tokens (its accepted drafts)
+        while m < n and base + m < <int>have.size() and have[0][base + m] == toks[m]:
+            m += 1
+        self._trim(seq, base + m)
+        if m < n:
+            self._decode(seq, toks + m, n - m, False)
+        self.n_hist[seq] = base + n
+        return 0
+
+    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        out.clear()
+        self._check_bound(seq)
+        cdef int n_vocab = self.draft_model.n_vocab, i, j
+        cdef int32_t tok = last, y
+        cdef float * lg
+        cdef double z, mx
+        self._trim(seq, self.n_hist[seq])
+        for i in range(n_max):
+            if <int>self.in_ctx[seq].size() >= self.draft_ctx.n_ctx_seq:
+                break
+            self._decode(seq, &tok, 1, True)
+            lg = self.draft_ctx.logits_c(0)
+            y = argmax(lg, n_vocab)
+            if self.p_min > 0.0:
+                mx = lg[y]
+                z = 0.0
+                for j in range(n_vocab):
+                    z += exp(lg[j] - mx)
+                if 1.0 / z < self.p_min:
+                    break
+            out.tokens.push_back(y)
+            tok = y
+        return 0
+
+    cdef int reset_c(self, int seq) except -1:
+        Drafter.reset_c(self, seq)
+        if self.draft_ctx is not None and 0 <= seq < <int>self.in_ctx.size():
+            self.draft_ctx.seq_rm_c(seq, -1, -1)
+            self.in_ctx[seq].clear()
+            self.n_hist[seq] = 0
+        return 0
+
+
+register("draft")(DraftModelDrafter)
