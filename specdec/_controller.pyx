@@ -79,6 +79,8 @@ cdef class Controller:
     cdef bint greedy
     cdef int n_max, n_min
     cdef bint check
+    cdef bint exact          # never decode a single row (see ``_pad``)
+    cdef int64_t n_filler
     cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
     cdef DraftPolicy policy
     cdef vector[int32_t] scratch
@@ -89,7 +91,7 @@ cdef class Controller:
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
-                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False):
+                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
         if n_max < 0 or n_min < 0:
@@ -125,6 +127,14 @@ cdef class Controller:
         self.sp.top_p = top_p
         self.sp.min_p = min_p
         self.check = check
+        self.exact = exact
+        if exact and ctx.model.use_extra_bufts:
+            raise ValueError("exact mode needs the target loaded with Model(..., use_extra_bufts=False): "
+                             "repacked weights run different kernels for different batch sizes")
+        if exact and (self.model.is_recurrent or self.model.is_hybrid) and ctx.n_rs_seq < 1:
+            raise ValueError("exact mode on a recurrent/hybrid target needs n_rs_seq >= 1")
+        if exact and self.rs_cap < 0 and (self.model.is_recurrent or self.model.is_hybrid):
+            self.rs_cap = ctx.n_rs_seq
         for s in ([stop] if isinstance(stop, (str, bytes)) else list(stop)):
             b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
             if not b:
@@ -192,12 +202,21 @@ cdef class Controller:
         cdef Drafter d
         for d in self.drafters:
             d.begin_c(s.id, toks.data(), n)
+        cdef bint pad
         while i0 < n:
             m = min(self.ctx.n_batch, n - i0)
+            if self.exact and n - i0 - m == 1 and m > 2:
+                m -= 1      # no 1-token chunk at the end
             self.batch.clear_c()
             for i in range(m):
                 self.batch.add_c(toks[i0 + i], i0 + i, s.id, i0 + i == n - 1)
+            pad = self.exact and m == 1
+            if pad:         # a one-token prompt: decode it with a throw-away second row
+                self.batch.add_c(toks[i0], i0 + 1, s.id, False)
             self.ctx.decode_c(self.batch)
+            if pad:
+                if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
+                    raise RuntimeError("could not drop the padding row")
             for d in self.drafters:
                 d.observe_c(s.id, toks.data() + i0, m, 0)
             i0 += m
@@ -304,6 +323,8 @@ cdef class Controller:
         if alive == 0:
             self.t_total = _now() - self.t_start
             return 0
+        if self.exact and self.batch.b.n_tokens == 1:
+            self._pad()
         t1 = _now()
         self.ctx.decode_c(self.batch)
         cdef double t_dec = _now() - t1
@@ -320,12 +341,42 @@ cdef class Controller:
         self.t_total = _now() - self.t_start
         return alive
 
+    cdef int _pad(self) except -1:
+        """Make a one-row verify batch two rows long.
+
+        llama.cpp's CPU matmuls take tinyBLAS for two or more rows and vec_dot for
+        one, and the two round differently; repacked weights even depend on the row
+        count mod 4. With repacking off and never a single row, every row's logits
+        are the same whatever the batch, so speculative output equals plain output.
+        The extra row is a free guess (the pending token again), verified like a draft.
+        """
+        cdef _Seq s
+        for s in self.seqs:
+            if s.finish == RUNNING and s.row0 >= 0 and s.k == 0:
+                if s.n_past + 1 >= self.ctx.n_ctx_seq or <int>s.out.size() >= s.max_tokens:
+                    # no room to guess: the row is dropped after the decode
+                    self.batch.add_c(s.last, s.n_past + 1, s.id, False)
+                    s.k = -1
+                    return 0
+                s.draft.tokens.push_back(s.last)
+                self.batch.add_c(s.last, s.n_past + 1, s.id, True)
+                s.k = 1
+                s.proposer = -2
+                self.n_filler += 1
+                return 0
+        return 0
+
     cdef int _verify(self, _Seq s, double t_dec) except -1:
         cdef int a = 0, i, k = s.k
         cdef int32_t y, x
         cdef float px, qx
         cdef bint done = False
+        cdef bint filler = s.proposer == -2
         cdef Drafter d
+        if k < 0:   # an exact-mode padding row with nothing to guess: verify ``last`` only
+            k = s.k = 0
+            if not self.ctx.seq_rm_c(s.id, s.n_past + 1, -1):
+                raise RuntimeError("could not drop the padding row")
         # accept the longest agreeing prefix
         if self.greedy:
             while True:
@@ -372,8 +423,8 @@ cdef class Controller:
                 d.accept_c(s.id, a)
         self.t_draft += _now() - t1
         s.n_past = keep
-        # stats
-        if k > 0:
+        # stats (the exact-mode filler guess is not a draft)
+        if k > 0 and not filler:
             self.n_draft_rounds += 1
             self.n_drafted += k
             self.n_accepted += a
@@ -384,7 +435,8 @@ cdef class Controller:
                 self.drafted_at[i] += 1
                 if i < a:
                     self.accepted_at[i] += 1
-        self.policy.observe(k, a, t_dec)
+        if not filler:
+            self.policy.observe(k, a, t_dec)
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
             if self._emit(s, s.draft.tokens[i]):
@@ -445,6 +497,7 @@ cdef class Controller:
 
     cdef _reset_stats(self):
         self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
+        self.n_filler = 0
         self.drafted_at.clear()
         self.accepted_at.clear()
         self.t_prompt = self.t_target = self.t_draft = self.t_total = 0.0
@@ -458,6 +511,7 @@ cdef class Controller:
             "n_generated": n_gen,
             "rounds": self.n_rounds,
             "draft_rounds": self.n_draft_rounds,
+            "filler_rounds": self.n_filler,
             "drafted": self.n_drafted,
             "accepted": self.n_accepted,
             "acceptance_rate": (<double>self.n_accepted / self.n_drafted) if self.n_drafted else 0.0,

@@ -30,8 +30,10 @@ class Decoder:
 
     ``drafter`` is a name (``"ngram"``, ``"draft:PATH"``), a :class:`Drafter`, an
     object with ``propose``, or a list of them tried in order (a chain).
-    ``exact=True`` loads the target without repacked weight layouts so that
-    batched verification runs the same kernels as single-token decoding.
+    ``exact=True`` makes greedy speculative output equal plain output token for
+    token: the target is loaded without repacked weight layouts and no decode is
+    ever a single row, so every row of a verify batch runs the same kernels
+    whatever the draft length (see ``Controller._pad``).
     """
 
     def __init__(
@@ -57,6 +59,9 @@ class Decoder:
         specs = _as_list(drafter)
         if isinstance(model, Model):
             self.model = model
+            if self.exact and model.use_extra_bufts:
+                raise ValueError("exact=True needs the model loaded with use_extra_bufts=False "
+                                 "(or pass a path and let the Decoder load it)")
         else:
             wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
             self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
@@ -74,7 +79,8 @@ class Decoder:
         self.ctx = Context(
             self.model, n_ctx=n_ctx, n_batch=max(n_batch, n_seq_max * (n_max_eff + 1)),
             n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
-            n_rs_seq=n_max_eff if (recurrent and n_max_eff) else 0, nextn=nextn)
+            n_rs_seq=max(n_max_eff, int(self.exact)) if recurrent and (n_max_eff or self.exact) else 0,
+            nextn=nextn)
         for d in self.drafters:
             d.bind(self.ctx, n_seq_max)
         self.check = bool(check)
@@ -98,7 +104,7 @@ class Decoder:
             self.ctx, self.drafters, n_max=self.spec.n_max if self.drafters else 0,
             n_min=self.spec.n_min, adaptive=self.spec.adaptive,
             temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-            min_p=sampling.min_p, stop=stops, check=self.check)
+            min_p=sampling.min_p, stop=stops, check=self.check, exact=self.exact)
 
     def _begin(self, prompts: List[Prompt], max_tokens: int, sampling, stop) -> Controller:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:

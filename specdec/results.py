@@ -21,6 +21,7 @@ class Stats:
     drafted_per_position: List[int] = field(default_factory=list)
     accepted_per_position: List[int] = field(default_factory=list)
     draft_rounds: int = 0
+    filler_rounds: int = 0
     t_target_s: float = 0.0
     t_draft_s: float = 0.0
     t_controller_s: float = 0.0

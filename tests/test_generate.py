@@ -117,7 +117,7 @@ def test_bad_generation_args(gemma_decoder):
 def test_prompt_too_long(gemma):
     dec = Decoder(gemma, n_ctx=64)
     with pytest.raises(specdec.ContextFullError, match="does not fit"):
-        dec.generate("word " * 200, max_tokens=4)
+        dec.generate("word " * 400, max_tokens=4)
     assert len(dec.generate("hello", max_tokens=3).tokens) == 3
 
 

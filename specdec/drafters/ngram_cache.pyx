@@ -40,6 +40,7 @@ cdef extern from * nogil:
     #include <cerrno>
     #include <climits>
     #include <cstdint>
+    #include <memory>
     #include <cstdio>
     #include <string>
     #include <unordered_map>
@@ -74,18 +75,74 @@ cdef extern from * nogil:
         }
     };
 
-    struct Part {                  // followers of one n-gram
-        std::unordered_map<int32_t, int32_t> counts;
+    // followers of one n-gram: most n-grams have one or two, so a short vector
+    // (no per-token node) until SMALL of them, a hash map past that
+    struct Part {
+        enum { SMALL = 12 };
+        typedef std::pair<int32_t, int32_t> TC;       // token, count
+        std::vector<TC> v;
+        std::unique_ptr<std::unordered_map<int32_t, int32_t>> big;
         int64_t sum = 0;
         int32_t max_tok = -1;
         int32_t max_cnt = 0;
 
+        size_t size() const { return big ? big->size() : v.size(); }
+        bool empty() const { return size() == 0; }
+
+        int32_t * find(int32_t tok) {
+            if (big) { auto it = big->find(tok); return it == big->end() ? nullptr : &it->second; }
+            for (auto & tc : v) if (tc.first == tok) return &tc.second;
+            return nullptr;
+        }
+        const int32_t * find(int32_t tok) const { return const_cast<Part *>(this)->find(tok); }
+
+        void insert(int32_t tok, int32_t cnt) {
+            if (big) { big->emplace(tok, cnt); return; }
+            v.emplace_back(tok, cnt);
+            if (v.size() > SMALL) {
+                big.reset(new std::unordered_map<int32_t, int32_t>(v.begin(), v.end()));
+                std::vector<TC>().swap(v);
+            }
+        }
+
+        void erase(int32_t tok) {
+            if (big) { big->erase(tok); return; }
+            for (size_t i = 0; i < v.size(); ++i) {
+                if (v[i].first == tok) { v[i] = v.back(); v.pop_back(); return; }
+            }
+        }
+
+        template <class F> void each(F f) const {
+            if (big) { for (const auto & kv : *big) f(kv.first, kv.second); }
+            else { for (const auto & tc : v) f(tc.first, tc.second); }
+        }
+
+        // halve the counts, drop the zeros; returns how many were dropped
+        size_t halve() {
+            size_t dropped = 0;
+            if (big) {
+                for (auto it = big->begin(); it != big->end();) {
+                    it->second >>= 1;
+                    if (it->second == 0) { it = big->erase(it); ++dropped; } else ++it;
+                }
+            } else {
+                size_t w = 0;
+                for (size_t i = 0; i < v.size(); ++i) {
+                    v[i].second >>= 1;
+                    if (v[i].second > 0) v[w++] = v[i]; else ++dropped;
+                }
+                v.resize(w);
+            }
+            refresh();
+            return dropped;
+        }
+
         void refresh() {
             sum = 0; max_tok = -1; max_cnt = 0;
-            for (const auto & kv : counts) {
-                sum += kv.second;
-                if (kv.second > max_cnt) { max_cnt = kv.second; max_tok = kv.first; }
-            }
+            each([this](int32_t t, int32_t c) {
+                sum += c;
+                if (c > max_cnt) { max_cnt = c; max_tok = t; }
+            });
         }
     };
 
@@ -99,43 +156,41 @@ cdef extern from * nogil:
         void swap(Cache & o) { map.swap(o.map); std::swap(n_pairs, o.n_pairs); }
         size_t n_ngrams() const { return map.size(); }
 
+        // count `tok` after `g` `delta` more times (fewer when negative); on a tie the
+        // token seen last becomes the favourite (llama.cpp: hash-map order, which
+        // also tends to favour the newer token)
         void add(const NGram & g, int32_t tok, int64_t delta) {
             if (delta > 0) {
                 Part & p = map[g];
-                auto it = p.counts.find(tok);
+                int32_t * cnt = p.find(tok);
                 int64_t c;
-                if (it == p.counts.end()) {
+                if (cnt == nullptr) {
                     c = std::min<int64_t>(delta, INT32_MAX);
-                    p.counts.emplace(tok, (int32_t) c);
+                    p.insert(tok, (int32_t) c);
                     ++n_pairs;
                 } else {
-                    c = std::min<int64_t>((int64_t) it->second + delta, INT32_MAX);
-                    delta = c - it->second;
-                    it->second = (int32_t) c;
+                    c = std::min<int64_t>((int64_t) *cnt + delta, INT32_MAX);
+                    delta = c - *cnt;
+                    *cnt = (int32_t) c;
                 }
                 p.sum += delta;
-                if (c > p.max_cnt) { p.max_cnt = (int32_t) c; p.max_tok = tok; }
+                if (c >= p.max_cnt) { p.max_cnt = (int32_t) c; p.max_tok = tok; }
                 return;
             }
             auto pit = map.find(g);
             if (pit == map.end()) return;
             Part & p = pit->second;
-            auto it = p.counts.find(tok);
-            if (it == p.counts.end()) return;
-            int64_t c = (int64_t) it->second + delta;
-            if (c <= 0) {
-                p.counts.erase(it);
-                --n_pairs;
-            } else {
-                it->second = (int32_t) c;
-            }
-            if (p.counts.empty()) { map.erase(pit); return; }
+            int32_t * cnt = p.find(tok);
+            if (cnt == nullptr) return;
+            int64_t c = (int64_t) *cnt + delta;
+            if (c <= 0) { p.erase(tok); --n_pairs; } else { *cnt = (int32_t) c; }
+            if (p.empty()) { map.erase(pit); return; }
             p.refresh();
         }
 
         void merge(const Cache & o) {
             for (const auto & gp : o.map) {
-                for (const auto & kv : gp.second.counts) add(gp.first, kv.first, kv.second);
+                gp.second.each([&](int32_t t, int32_t c) { add(gp.first, t, c); });
             }
         }
 
@@ -143,15 +198,8 @@ cdef extern from * nogil:
         void age(int64_t target) {
             while (n_pairs > target && !map.empty()) {
                 for (auto git = map.begin(); git != map.end();) {
-                    Part & p = git->second;
-                    for (auto it = p.counts.begin(); it != p.counts.end();) {
-                        it->second >>= 1;
-                        if (it->second == 0) { it = p.counts.erase(it); --n_pairs; }
-                        else ++it;
-                    }
-                    if (p.counts.empty()) { git = map.erase(git); continue; }
-                    p.refresh();
-                    ++git;
+                    n_pairs -= (int64_t) git->second.halve();
+                    if (git->second.empty()) git = map.erase(git); else ++git;
                 }
             }
         }
@@ -166,8 +214,8 @@ cdef extern from * nogil:
             for (const auto & gp : map) {
                 buf.clear();
                 buf.insert(buf.end(), gp.first.t, gp.first.t + NG_MAX);
-                buf.push_back((int32_t) gp.second.counts.size());
-                for (const auto & kv : gp.second.counts) { buf.push_back(kv.first); buf.push_back(kv.second); }
+                buf.push_back((int32_t) gp.second.size());
+                gp.second.each([&](int32_t t, int32_t c) { buf.push_back(t); buf.push_back(c); });
                 if (std::fwrite(buf.data(), sizeof(int32_t), buf.size(), f) != buf.size()) { ok = false; break; }
             }
             int err = 0;
@@ -237,24 +285,24 @@ cdef extern from * nogil:
             if (p.sum < min_sample[s]) continue;
             int32_t best = p.max_tok;
             int64_t best_cnt = p.max_cnt, best_w = p.max_cnt;
-            if (ps != nullptr && !ps->counts.empty()) {
+            if (ps != nullptr && !ps->empty()) {
                 // only tokens the static cache knows can outweigh the plain favourite
-                auto sit = ps->counts.find(best);
-                if (sit != ps->counts.end()) best_w = best_cnt * 100 * sit->second;
-                if (ps->counts.size() < p.counts.size()) {
-                    for (const auto & kv : ps->counts) {
-                        auto pit = p.counts.find(kv.first);
-                        if (pit == p.counts.end()) continue;
-                        int64_t w = (int64_t) pit->second * 100 * kv.second;
-                        if (w > best_w) { best_w = w; best = kv.first; best_cnt = pit->second; }
-                    }
+                const int32_t * sc = ps->find(best);
+                if (sc != nullptr) best_w = best_cnt * 100 * *sc;
+                auto consider = [&](int32_t t, int64_t cp, int64_t cs) {
+                    int64_t w = cp * 100 * cs;
+                    if (w > best_w) { best_w = w; best = t; best_cnt = cp; }
+                };
+                if (ps->size() < p.size()) {
+                    ps->each([&](int32_t t, int32_t cs) {
+                        const int32_t * cp = p.find(t);
+                        if (cp != nullptr) consider(t, *cp, cs);
+                    });
                 } else {
-                    for (const auto & kv : p.counts) {
-                        auto sit2 = ps->counts.find(kv.first);
-                        if (sit2 == ps->counts.end()) continue;
-                        int64_t w = (int64_t) kv.second * 100 * sit2->second;
-                        if (w > best_w) { best_w = w; best = kv.first; best_cnt = kv.second; }
-                    }
+                    p.each([&](int32_t t, int32_t cp) {
+                        const int32_t * cs = ps->find(t);
+                        if (cs != nullptr) consider(t, cp, *cs);
+                    });
                 }
             }
             if (100 * best_cnt < (int64_t) min_pct[s] * p.sum) continue;

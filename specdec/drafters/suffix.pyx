@@ -20,6 +20,12 @@ refer to their tokens in the stored sequences, and each node counts the suffixes
 that pass through it, i.e. the occurrences of its string. A growing sequence
 keeps the nodes where its last ``max_depth`` suffixes end, so appending a token
 costs O(max_depth) whatever the length of the history.
+
+Unlike Arctic Inference, the probability of a continuation leaves out the
+occurrences that end where the text ends (the history's own tail has no next token
+yet), a draft that runs into the depth limit or the end of the text backs off to a
+shorter context instead of stopping, equal counts go to the latest continuation,
+and the corpus is bounded in tokens rather than in requests.
 """
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from libcpp.deque cimport deque
@@ -429,7 +435,8 @@ cdef class _Tree:
         m = self._longest(ctx.data(), <int>ctx.size(), kmax, &node, &off)
         if m == 0:
             return 0.0
-        cdef int cap = min(n_max, <int>(m * factor + offset + 1e-6))
+        cdef double capf = m * factor + offset + 1e-6
+        cdef int cap = n_max if capf >= n_max else <int>capf
         while <int>out.size() < cap:
             if off < self.nodes[node].length:
                 # inside an edge every occurrence goes on with the same token
