@@ -80,6 +80,7 @@ cdef class Controller:
     cdef int n_max, n_min
     cdef bint check
     cdef bint exact          # never decode a single row (see ``_pad``)
+    cdef bint unsafe_accept_all   # a deliberately wrong rule, so tests can show they detect it
     cdef int64_t n_filler
     cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
     cdef DraftPolicy policy
@@ -91,7 +92,8 @@ cdef class Controller:
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
-                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False):
+                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False,
+                 bint unsafe_accept_all=False):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
         if n_max < 0 or n_min < 0:
@@ -128,6 +130,7 @@ cdef class Controller:
         self.sp.min_p = min_p
         self.check = check
         self.exact = exact
+        self.unsafe_accept_all = unsafe_accept_all
         if exact and ctx.model.use_extra_bufts:
             raise ValueError("exact mode needs the target loaded with Model(..., use_extra_bufts=False): "
                              "repacked weights run different kernels for different batch sizes")
@@ -392,7 +395,7 @@ cdef class Controller:
                 x = s.draft.tokens[a]
                 px = self.dist.prob_of(x)
                 qx = self._q(s, a, x)
-                if s.rng.uniform() < px / qx:
+                if s.rng.uniform() < px / qx or self.unsafe_accept_all:
                     a += 1
                     continue
                 if s.draft.has_probs:

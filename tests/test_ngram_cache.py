@@ -175,11 +175,21 @@ def test_static_cache_validates_and_fills_in(ctx, tmp_path):
 
 
 def test_max_entries_bounds_the_dynamic_cache(ctx):
-    d = _drafter(ctx, max_entries=40)
-    for r in range(6):
-        _start(d, [(7 * r + i) % 200 for i in range(30)])
-    d.flush()
-    assert 0 < d.stats()["dynamic_entries"] <= 40
+    d = _drafter(ctx, max_entries=100)
+    patterns = [[10 * r + i for i in range(10)] for r in range(5)]
+    for p in patterns:
+        _start(d, p * 2)                          # about 40 (n-gram, token) pairs each
+    _start(d, [200] + patterns[-1][:2])
+    assert 0 < d.stats()["dynamic_entries"] <= 100
+    # the n-grams of the latest requests stay, the oldest go first
+    assert run_propose(d, 0, patterns[-1][2], 4) == patterns[-1][3:7]
+    _start(d, [200] + patterns[0][:2])
+    assert run_propose(d, 0, patterns[0][2], 4) == []
+    unbounded = _drafter(ctx, max_entries=None)
+    for p in patterns:
+        _start(unbounded, p * 2)
+    _start(unbounded, [200] + patterns[0][:2])
+    assert run_propose(unbounded, 0, patterns[0][2], 4) == patterns[0][3:7]
 
 
 @pytest.mark.parametrize("n_max", [1, 3, 6])

@@ -21,10 +21,11 @@ llama-lookup-create/-merge and llama-server ``--lookup-cache-static/-dynamic``.
 
 Each n-gram keeps its total and most frequent follower, so a lookup is O(1) unless
 the static cache re-weights it (then the smaller of the two follower sets is
-scanned). The dynamic cache is bounded by ``max_entries`` (n-gram, token) pairs:
-past it, counts are halved and zeros dropped (older evidence fades first).
+scanned); an update is O(1) per token and n-gram size. The dynamic cache is bounded
+by ``max_entries`` (n-gram, token) pairs, about 120 bytes each: past it, the n-grams
+not seen for the most requests go first, down to 3/4 of the bound.
 """
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint32_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
@@ -40,6 +41,7 @@ cdef extern from * nogil:
     #include <cerrno>
     #include <climits>
     #include <cstdint>
+    #include <map>
     #include <memory>
     #include <cstdio>
     #include <string>
@@ -85,6 +87,7 @@ cdef extern from * nogil:
         int64_t sum = 0;
         int32_t max_tok = -1;
         int32_t max_cnt = 0;
+        uint32_t epoch = 0;        // the cache's epoch when a count last grew
 
         size_t size() const { return big ? big->size() : v.size(); }
         bool empty() const { return size() == 0; }
@@ -117,26 +120,6 @@ cdef extern from * nogil:
             else { for (const auto & tc : v) f(tc.first, tc.second); }
         }
 
-        // halve the counts, drop the zeros; returns how many were dropped
-        size_t halve() {
-            size_t dropped = 0;
-            if (big) {
-                for (auto it = big->begin(); it != big->end();) {
-                    it->second >>= 1;
-                    if (it->second == 0) { it = big->erase(it); ++dropped; } else ++it;
-                }
-            } else {
-                size_t w = 0;
-                for (size_t i = 0; i < v.size(); ++i) {
-                    v[i].second >>= 1;
-                    if (v[i].second > 0) v[w++] = v[i]; else ++dropped;
-                }
-                v.resize(w);
-            }
-            refresh();
-            return dropped;
-        }
-
         void refresh() {
             sum = 0; max_tok = -1; max_cnt = 0;
             each([this](int32_t t, int32_t c) {
@@ -151,6 +134,7 @@ cdef extern from * nogil:
     struct Cache {
         Map map;
         int64_t n_pairs = 0;       // (n-gram, token) entries: the memory that grows
+        uint32_t epoch = 0;        // bumped by the owner per merged request
 
         void clear() { map.clear(); n_pairs = 0; }
         void swap(Cache & o) { map.swap(o.map); std::swap(n_pairs, o.n_pairs); }
@@ -174,6 +158,7 @@ cdef extern from * nogil:
                     *cnt = (int32_t) c;
                 }
                 p.sum += delta;
+                p.epoch = epoch;
                 if (c >= p.max_cnt) { p.max_cnt = (int32_t) c; p.max_tok = tok; }
                 return;
             }
@@ -194,14 +179,29 @@ cdef extern from * nogil:
             }
         }
 
-        // halve every count and drop the zeros until at most `target` pairs are left
-        void age(int64_t target) {
-            while (n_pairs > target && !map.empty()) {
-                for (auto git = map.begin(); git != map.end();) {
-                    n_pairs -= (int64_t) git->second.halve();
-                    if (git->second.empty()) git = map.erase(git); else ++git;
-                }
+        // drop n-grams until at most `target` pairs are left: those of the oldest
+        // epochs first; in the epoch that crosses the target, single samples first
+        void evict(int64_t target) {
+            if (n_pairs <= target) return;
+            std::map<uint32_t, int64_t> per_epoch;
+            for (const auto & gp : map) per_epoch[gp.second.epoch] += (int64_t) gp.second.size();
+            int64_t left = n_pairs;
+            bool whole = false;
+            uint32_t cut = 0, partial = 0;
+            for (const auto & e : per_epoch) {
+                if (left - e.second < target) { partial = e.first; break; }
+                left -= e.second; cut = e.first; whole = true;
             }
+            auto drop = [&](auto keep) {
+                for (auto it = map.begin(); it != map.end() && n_pairs > target;) {
+                    if (keep(it->second)) { ++it; continue; }
+                    n_pairs -= (int64_t) it->second.size();
+                    it = map.erase(it);
+                }
+            };
+            if (whole) drop([&](const Part & p) { return p.epoch > cut; });
+            drop([&](const Part & p) { return p.epoch != partial || p.sum > 1; });
+            drop([&](const Part & p) { return p.epoch != partial; });
         }
 
         // common_ngram_cache_save; written to a temporary file, then renamed
@@ -216,7 +216,10 @@ cdef extern from * nogil:
                 buf.insert(buf.end(), gp.first.t, gp.first.t + NG_MAX);
                 buf.push_back((int32_t) gp.second.size());
                 gp.second.each([&](int32_t t, int32_t c) { buf.push_back(t); buf.push_back(c); });
-                if (std::fwrite(buf.data(), sizeof(int32_t), buf.size(), f) != buf.size()) { ok = false; break; }
+                if (std::fwrite(buf.data(), sizeof(int32_t), buf.size(), f) != buf.size()) {
+                    ok = false;
+                    break;
+                }
             }
             int err = 0;
             if (!ok) err = errno ? errno : EIO;
@@ -247,7 +250,8 @@ cdef extern from * nogil:
                 if (!valid) { rc = -1; break; }
                 off += (NG_MAX + 1) * sizeof(int32_t);
                 for (int32_t i = 0; i < head[NG_MAX]; ++i) {
-                    if (std::fread(pair, sizeof(int32_t), 2, f) != 2 || pair[0] < 0 || pair[1] <= 0) {
+                    if (std::fread(pair, sizeof(int32_t), 2, f) != 2
+                            || pair[0] < 0 || pair[1] <= 0) {
                         rc = -1; break;
                     }
                     out.add(g, pair[0], pair[1]);
@@ -314,7 +318,9 @@ cdef extern from * nogil:
     static int32_t try_static(const Part * ps) {
         if (ps == nullptr) return -1;
         if (ps->sum < MIN_SAMPLE_LAX[NG_STATIC - 1]) return -1;
-        if (100 * (int64_t) ps->max_cnt < (int64_t) MIN_PERCENT_LAX[NG_STATIC - 1] * ps->sum) return -1;
+        if (100 * (int64_t) ps->max_cnt < (int64_t) MIN_PERCENT_LAX[NG_STATIC - 1] * ps->sum) {
+            return -1;
+        }
         return ps->max_tok;
     }
 
@@ -327,9 +333,13 @@ cdef extern from * nogil:
         int sizes[NG_MAX];
         while ((int) out.size() < n_draft) {
             const int total = H + 1 + (int) out.size();
-            auto tok = [&](int i) -> int32_t { return i < H ? h[i] : (i == H ? last : out[i - H - 1]); };
+            auto tok = [&](int i) -> int32_t {
+                return i < H ? h[i] : (i == H ? last : out[i - H - 1]);
+            };
             NGram gs;
-            for (int i = 0; i < NG_MAX; ++i) gs.t[i] = i < NG_STATIC ? tok(total - NG_STATIC + i) : -1;
+            for (int i = 0; i < NG_MAX; ++i) {
+                gs.t[i] = i < NG_STATIC ? tok(total - NG_STATIC + i) : -1;
+            }
             const Part * ps = nullptr;
             if (!sta.map.empty()) {
                 auto it = sta.map.find(gs);
@@ -341,7 +351,9 @@ cdef extern from * nogil:
                 sizes[n++] = k;
             }
             int32_t t = try_primary(ctx, grams, sizes, n, ps, MIN_SAMPLE_LAX, MIN_PERCENT_LAX);
-            if (t < 0) t = try_primary(dyn, grams, sizes, n, ps, MIN_SAMPLE_STRICT, MIN_PERCENT_STRICT);
+            if (t < 0) {
+                t = try_primary(dyn, grams, sizes, n, ps, MIN_SAMPLE_STRICT, MIN_PERCENT_STRICT);
+            }
             if (t < 0) t = try_static(ps);
             if (t < 0 || (n_vocab > 0 && t >= n_vocab)) break;
             out.push_back(t);
@@ -352,11 +364,12 @@ cdef extern from * nogil:
     """
     cdef cppclass NgCache "specdec_ngc::Cache":
         int64_t n_pairs
+        uint32_t epoch
         void clear()
         void swap(NgCache &)
         size_t n_ngrams()
         void merge(const NgCache &)
-        void age(int64_t)
+        void evict(int64_t)
         int save(const string &)
         int load(const string &, int64_t *)
     void ngc_add_ending_at "specdec_ngc::add_ending_at"(
@@ -374,9 +387,11 @@ cdef class NgramCacheDrafter(Drafter):
     """``static_path``: a static cache (llama-lookup-create) loaded at construction;
     ``dynamic_path``: where ``save()``/``load()`` go by default, loaded at construction
     when the file exists (llama.cpp ``--lookup-cache-dynamic``); ``ngram_min``..
-    ``ngram_max`` (1..4): n-gram sizes of the context and dynamic caches;
-    ``max_entries``: bound of the dynamic cache in (n-gram, token) pairs, None for
-    none; ``update_dynamic``: feed finished requests into the dynamic cache."""
+    ``ngram_max`` (1..4, llama.cpp's LLAMA_NGRAM_MIN/MAX): n-gram sizes of the context
+    and dynamic caches; ``max_entries``: bound of the dynamic cache in (n-gram, token)
+    pairs (the default is about 120 MB at most), None for none; ``update_dynamic``:
+    feed finished requests into the dynamic cache. Drafts are as long as the
+    controller's ``n_max`` allows (llama.cpp fixes 8)."""
     cdef NgCache dyn, sta
     cdef vector[NgCache] ctx
     cdef vector[int] ctx_upto      # hist positions counted into ctx
@@ -425,8 +440,9 @@ cdef class NgramCacheDrafter(Drafter):
 
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
         self._seq(seq)
+        self.dyn.epoch += 1
         self._flush_seq(seq)          # the finished request feeds the dynamic cache
-        self._age()
+        self._evict()
         self.ctx[seq].clear()
         self.ctx_upto[seq] = 0
         self.merged_upto[seq] = 0
@@ -499,9 +515,10 @@ cdef class NgramCacheDrafter(Drafter):
         if self.ctx_upto[seq] > self.merged_upto[seq]:
             self.merged_upto[seq] = self.ctx_upto[seq]
 
-    cdef void _age(self) noexcept:
+    cdef void _evict(self) noexcept:
+        # down to 3/4 of the bound, so that eviction does not run on every request
         if self.cap >= 0 and self.dyn.n_pairs > self.cap:
-            self.dyn.age(self.cap * 3 // 4)
+            self.dyn.evict(self.cap * 3 // 4)
 
     # --- persistence ------------------------------------------------------------------
 
@@ -509,9 +526,10 @@ cdef class NgramCacheDrafter(Drafter):
         """Merge what the running requests have seen so far into the dynamic cache
         (``begin`` does this for a sequence's previous request)."""
         cdef int s
+        self.dyn.epoch += 1
         for s in range(<int>self.ctx.size()):
             self._flush_seq(s)
-        self._age()
+        self._evict()
 
     def save(self, path=None):
         """Write the dynamic cache (after ``flush``) in llama.cpp's format."""
@@ -532,10 +550,11 @@ cdef class NgramCacheDrafter(Drafter):
         cdef NgCache tmp
         _load_into(tmp, path)
         if merge:
+            self.dyn.epoch += 1
             self.dyn.merge(tmp)
         else:
-            self.dyn.swap(tmp)
-        self._age()
+            self.dyn.swap(tmp)        # loaded n-grams count as the oldest
+        self._evict()
 
     def clear(self):
         """Empty the dynamic cache (the static cache and running contexts stay)."""
