@@ -11,11 +11,14 @@ occurred before (with a whole m-gram after it) proposes that m-gram:
   indexed occurrence (llama.cpp's order: the latest one in the prompt, else the
   earliest one generated), so the feedback always concerns the same continuation;
 * ``ngram-map-k4v``: up to four distinct m-grams are counted per key and the most
-  frequent one is proposed when it is at least twice as frequent as the others.
+  frequent one is proposed when it occurred at least twice as often as all the
+  others together.
 
 Either way the key needs ``min_hits`` earlier occurrences, and a proposal is cut to
 the number of tokens the target accepted the last time this continuation was
-proposed (``m`` until then; llama.cpp's ``n_accepted`` per value).
+proposed (``m`` until then; llama.cpp's ``n_accepted`` per value). A draft that
+the controller's ``n_max`` cut short and the target took whole leaves that number
+as it was: it says nothing about the tokens left out.
 
 Where llama.cpp scans the history linearly behind a 2^18-slot hash table, every
 position is indexed once into an exact hash map, with a chain of earlier
