@@ -306,7 +306,7 @@ cdef class Controller:
             if s.n_past >= self.ctx.n_ctx_seq:
                 s.finish = CTX_FULL
                 continue
-            k_cap = min(self.policy.next_len(),
+            k_cap = min(self.policy.cap(),
                         s.max_tokens - <int>s.out.size(),
                         self.ctx.n_ctx_seq - s.n_past - 1,
                         self.ctx.n_batch - self.batch.b.n_tokens - 1)
@@ -316,8 +316,12 @@ cdef class Controller:
             self._propose(s, k_cap)
             t1 = _now() - t1
             self.t_draft += t1
-            s.k = s.draft.tokens.size()
-            self.policy.observe_draft_time(s.k, t1)
+            self.policy.observe_draft_time(s.draft.tokens.size(), t1)
+            s.k = self.policy.choose(s.draft.tokens.size())
+            if s.k < <int>s.draft.tokens.size():
+                s.draft.tokens.resize(s.k)
+                if s.k == 0:
+                    s.proposer = -1
             s.row0 = self.batch.b.n_tokens
             self.batch.add_c(s.last, s.n_past, s.id, True)
             for i in range(s.k):

@@ -729,7 +729,7 @@ cdef class Context:
         if n_rs_seq > 0 and self.n_rs_seq != n_rs_seq:
             raise ValueError(f"llama.cpp kept n_rs_seq={self.n_rs_seq}, not {n_rs_seq}")
         if is_mtp:
-            self.set_nextn("masked")
+            self.set_nextn(nextn or "masked")
         elif nextn is not None:
             self.set_nextn(nextn)
         model._n_contexts += 1
@@ -764,7 +764,9 @@ cdef class Context:
 
     @staticmethod
     def _check_mtp_model(Model model, bint is_mtp):
-        if model.n_layer_nextn <= 0:
+        # a target only needs the arch's trunk to emit h_nextn: a trunk-only file can feed
+        # the MTP head of a separate MTP-only file (llama.cpp's -md)
+        if is_mtp and model.n_layer_nextn <= 0:
             raise ValueError(f"model {os.path.basename(model.path)!r} ({model.arch}) has no MTP "
                              "(NextN) layers")
         if model.arch not in MTP_ARCHS:
@@ -772,7 +774,7 @@ cdef class Context:
         if is_mtp and not model.mtp_loaded:
             raise ValueError("the model was loaded with load_mtp=False: reload it with "
                              "Model(path, load_mtp=True) to create an MTP context")
-        if model.arch not in MTP_MULTI_HEAD_ARCHS and model.n_layer_nextn != 1:
+        if is_mtp and model.arch not in MTP_MULTI_HEAD_ARCHS and model.n_layer_nextn != 1:
             raise ValueError(f"llama.cpp's {model.arch} MTP graph takes exactly one NextN layer, "
                              f"the model has {model.n_layer_nextn}")
 
@@ -801,8 +803,10 @@ cdef class Context:
             raise ValueError(f"mode must be None, 'masked' or 'dense', got {mode!r}")
         if mode is not None:
             self._check_mtp_model(self.model, False)
-        if self.is_mtp and mode != "masked":
-            raise ValueError("an MTP context outputs its hidden states masked")
+        # llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on an MTP context is
+        # only right when every row is an output; "dense" is right for mixed batches
+        if self.is_mtp and mode is None:
+            raise ValueError("an MTP context always outputs its hidden states")
         self._nextn = 0 if mode is None else (1 if mode == "masked" else 2)
         llama_set_embeddings_nextn(self.ctx, mode is not None, mode == "masked")
 

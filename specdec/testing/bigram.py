@@ -27,6 +27,7 @@ import numpy as np
 
 from specdec.testing.tiny import (
     Qwen35Dims,
+    TINY_QWEN35,
     RandomFill,
     Shape,
     add_qwen35_kv,
@@ -51,20 +52,7 @@ _ZERO_SUFFIXES = (
 )
 
 _SIZES: dict[str, Qwen35Dims] = {
-    "tiny": Qwen35Dims(
-        n_vocab=512,
-        n_embd=128,
-        n_layer=4,
-        n_head=4,
-        n_head_kv=2,
-        head_dim=32,
-        n_rot=8,
-        rope_sections=(2, 1, 1, 0),
-        n_ff=256,
-        ssm_state=32,
-        ssm_groups=2,
-        ssm_v_heads=4,
-    ),
+    "tiny": dataclasses.replace(TINY_QWEN35, n_vocab=512),
     "mid": Qwen35Dims(
         n_vocab=32000,
         n_embd=1024,

@@ -1,0 +1,408 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The MTP ("NextN") drafter: the target's own multi-token-prediction head drafts.
+
+The head runs in an MTP context (its own KV, NextN layers only). Its input at
+position ``p`` is the pair (token ``x_p``, target hidden row ``h_{p-1}``), where
+``h`` is the target's post-norm hidden state (the target context runs with
+``nextn="dense"``: one row per batch entry). So the MTP context has to mirror
+every token that enters the target, one position behind in ``h``.
+
+Per round, for one sequence, this costs ``n`` MTP decodes for ``n`` drafts and
+nothing else:
+
+* ``observe`` (right after each target decode) copies the committed tokens and
+  the target rows they need straight into the MTP batch (one copy per row, no
+  decode): the catch-up is queued, not run;
+* ``propose`` appends ``(last, h_last)`` to that queue and decodes it all at
+  once: the first draft step *is* the catch-up decode. Later steps feed the
+  head its own output row (the single head is applied recurrently, as
+  llama.cpp's draft-mtp does) and take the argmax of the logits directly;
+* afterwards only the draft rows past ``last`` are trimmed: the row of ``last``
+  was built from the target's own ``h`` and stays, so the next catch-up starts
+  at the first accepted draft. Rejected drafts never enter the MTP context, so
+  acceptance needs no trimming.
+
+The MTP contexts run with ``nextn="dense"``: in masked mode llama.cpp copies
+the first ``n_outputs`` rows of the MTP graph's (unpruned) hidden states, so a
+draft row decoded behind catch-up rows would get the first catch-up row's ``h``.
+
+Models with several trained heads (step35, mimo2, hy_v3) chain them instead:
+draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
+``chain_heads``. Each head gets its own MTP context pinned to its layer with
+``set_nextn_layer_offset``, so no head's KV is ever rewritten under another's.
+"""
+from libc.math cimport exp
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcpy
+from libcpp.vector cimport vector
+
+from .._core cimport Model, Context, Batch
+from .._sampling cimport argmax
+from ._base cimport Drafter, Draft
+from .registry import register
+
+import os
+
+from .._core import MTP_ARCHS
+
+#: archs whose MTP graph accepts several chained heads (the others assert one)
+CHAIN_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
+
+
+cdef class MtpDrafter(Drafter):
+    """``mtp``: draft with the target's MTP head; ``mtp:PATH``: with an MTP-only GGUF.
+
+    ``p_min`` stops a draft when the head's probability of its own guess falls
+    below it (taken from the Decoder's ``p_min`` unless given here).
+    """
+    cdef readonly Model mtp_model
+    cdef readonly Context mtp_ctx        # head 0; the only context of a single-head model
+    cdef list head_ctxs                  # chained heads: one context per head
+    cdef Batch batch                     # the queued catch-up, then the draft rows
+    cdef object _source
+    cdef readonly float p_min
+    cdef bint _p_min_given
+    cdef int n_threads
+    cdef readonly int n_heads            # >1: chained heads
+    cdef int _chain_test                 # tests: chain this many copies of a single head
+    cdef int _n_max_cfg
+    cdef int n_embd
+    cdef vector[vector[float]] pend      # per seq: target row of the last committed token
+    cdef vector[int32_t] n_sync          # per seq: positions whose row is in the MTP KV or queued
+    cdef vector[int32_t] kept_tok        # per seq: token of the draft row kept at n_sync-1, or -1
+    cdef vector[float] chain_h           # chained heads: the rows of the prefix being drafted
+    cdef vector[int32_t] chain_tok
+    cdef int64_t n_decodes, n_catchup, n_flushes
+
+    def __init__(self, path=None, *, p_min=None, n_threads=None, _chain_heads=0, name="mtp"):
+        super().__init__(name)
+        self._source = None if path in (None, "") else path
+        self._p_min_given = p_min is not None
+        self.p_min = 0.0 if p_min is None else float(p_min)
+        if not 0.0 <= self.p_min <= 1.0:
+            raise ValueError(f"p_min must be in [0, 1], got {p_min}")
+        self.n_threads = 0 if n_threads is None else int(n_threads)
+        self._chain_test = int(_chain_heads)
+
+    @property
+    def target_nextn(self):
+        """The hidden-state mode the target context needs: every row of every decode."""
+        return "dense"
+
+    def configure(self, spec):
+        """Take ``p_min`` (unless given) and ``n_max`` from the decoder's SpecConfig."""
+        if not self._p_min_given:
+            self.p_min = spec.p_min
+        self._n_max_cfg = spec.n_max
+
+    # --- setup ------------------------------------------------------------------------
+
+    cdef int bind_c(self, Context target, int n_seq) except -1:
+        Drafter.bind_c(self, target, n_seq)
+        cdef Model tm = target.model
+        if target.is_mtp:
+            raise ValueError("bind the MTP drafter to the target context, not to an MTP context")
+        if tm.arch not in MTP_ARCHS:
+            raise ValueError(f"architecture {tm.arch!r} has no MTP graph in llama.cpp: the mtp "
+                             "drafter cannot run on it")
+        if self._source is None:
+            self.mtp_model = tm
+            if tm.n_layer_nextn <= 0:
+                raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers: "
+                                 "give an MTP head file with mtp:PATH")
+            if not tm.mtp_loaded:
+                raise ValueError("the target was loaded with load_mtp=False: load it with "
+                                 "Model(path, load_mtp=True) (Decoder does so for drafter='mtp')")
+        else:
+            if isinstance(self._source, Model):
+                self.mtp_model = self._source
+            else:
+                self.mtp_model = Model(os.fspath(self._source), load_mtp=True,
+                                       use_extra_bufts=tm.use_extra_bufts)
+            m = self.mtp_model
+            name = os.path.basename(m.path)
+            if m.n_layer_nextn <= 0:
+                raise ValueError(f"MTP file {name!r} has no MTP (NextN) layers")
+            if not m.mtp_loaded:
+                raise ValueError(f"MTP model {name!r} was loaded with load_mtp=False")
+            if m.arch != tm.arch:
+                raise ValueError(f"MTP file {name!r} is for {m.arch!r}, the target is {tm.arch!r}")
+            if m.n_embd_out != tm.n_embd_out:
+                raise ValueError(f"MTP file {name!r} takes hidden rows of {m.n_embd_out} floats, "
+                                 f"the target makes {tm.n_embd_out}")
+            if not tm.vocab_compatible(m):
+                raise ValueError(f"MTP file {name!r} has a vocabulary incompatible with the target")
+        cdef Model mm = self.mtp_model
+        if mm.n_layer_nextn > 1 and mm.arch not in CHAIN_ARCHS:
+            raise ValueError(f"llama.cpp's {mm.arch} MTP graph runs one NextN layer, the model "
+                             f"has {mm.n_layer_nextn}")
+        if (tm.is_recurrent or tm.is_hybrid) and target.n_rs_seq < self._n_max_cfg:
+            raise ValueError(f"n_rs_seq={target.n_rs_seq} of the target context is too small for "
+                             f"MTP drafts of {self._n_max_cfg} tokens: create it with "
+                             "n_rs_seq >= n_max")
+        if target.nextn != "dense":
+            target.set_nextn("dense")
+        self.n_heads = mm.n_layer_nextn if mm.n_layer_nextn > 1 else max(1, self._chain_test)
+        cdef int cap = target.n_batch + 1   # a whole target batch of catch-up plus a draft row
+        self.head_ctxs = []
+        for h in range(self.n_heads):
+            # dense: llama.cpp's masked mode hands back the ubatch's *first* rows, wrong
+            # for a draft row queued behind catch-up rows (see the module notes)
+            ctx = Context(mm, kind="mtp", n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
+                          n_threads=self.n_threads or target.n_threads, nextn="dense")
+            if ctx.n_ctx_seq < target.n_ctx_seq:
+                raise ValueError(f"the MTP context holds {ctx.n_ctx_seq} positions per sequence, "
+                                 f"the target {target.n_ctx_seq}")
+            if mm.n_layer_nextn > 1:
+                ctx.set_nextn_layer_offset(h)
+            self.head_ctxs.append(ctx)
+        self.mtp_ctx = self.head_ctxs[0]
+        self.n_embd = mm.n_embd_out
+        self.batch = Batch(cap, n_embd=self.n_embd, n_seq_max=n_seq)
+        self.pend.assign(n_seq, vector[float](self.n_embd, 0.0))
+        self.n_sync.assign(n_seq, 0)
+        self.kept_tok.assign(n_seq, -1)
+        self.chain_h.resize(<size_t>(self.n_heads + 1) * self.n_embd)
+        self.chain_tok.resize(self.n_heads + 1)
+        self.n_decodes = self.n_catchup = self.n_flushes = 0
+        return 0
+
+    cdef int _check_bound(self, int seq) except -1:
+        if self.mtp_ctx is None:
+            raise RuntimeError("the mtp drafter is not bound to a target (Decoder does this)")
+        if seq < 0 or seq >= <int>self.n_sync.size():
+            raise ValueError(f"sequence {seq} out of range for the MTP context")
+        return 0
+
+    # --- the queue of catch-up rows ---------------------------------------------------
+
+    cdef int _flush(self) except -1:
+        """Decode the queued catch-up rows (no outputs) into every head's context."""
+        if self.batch.b.n_tokens == 0:
+            return 0
+        cdef Context c
+        for c in self.head_ctxs:
+            c.decode_c(self.batch)
+            self.n_decodes += 1
+        self.batch.clear_c()
+        self.n_flushes += 1
+        return 0
+
+    cdef int _queue(self, int32_t tok, int pos, int seq, const float * row) except -1:
+        if self.batch.b.n_tokens >= self.batch.capacity:
+            self._flush()
+        self.batch.add_embd_c(tok, pos, seq, False, row)
+        self.n_catchup += 1
+        return 0
+
+    cdef int _drop_queued(self, int seq) noexcept nogil:
+        """Remove the queued rows of ``seq`` (a new request or a reset makes them stale)."""
+        cdef int i, j = 0, n = self.batch.b.n_tokens, E = self.n_embd
+        for i in range(n):
+            if self.batch.b.seq_id[i][0] == seq:
+                continue
+            if j != i:
+                self.batch.b.token[j] = self.batch.b.token[i]
+                self.batch.b.pos[j] = self.batch.b.pos[i]
+                self.batch.b.n_seq_id[j] = self.batch.b.n_seq_id[i]
+                self.batch.b.seq_id[j][0] = self.batch.b.seq_id[i][0]
+                self.batch.b.logits[j] = self.batch.b.logits[i]
+                memcpy(self.batch.b.embd + <size_t>j * E, self.batch.b.embd + <size_t>i * E,
+                       E * sizeof(float))
+            j += 1
+        self.batch.b.n_tokens = j
+        return 0
+
+    cdef int _forget(self, int seq) except -1:
+        self._drop_queued(seq)
+        cdef Context c
+        for c in self.head_ctxs:
+            c.seq_rm_c(seq, -1, -1)
+        cdef int i
+        for i in range(self.n_embd):
+            self.pend[seq][i] = 0.0
+        self.n_sync[seq] = 0
+        self.kept_tok[seq] = -1
+        return 0
+
+    cdef int _trim(self, int seq, int keep) except -1:
+        """Drop the MTP rows of ``seq`` at positions >= keep (queued ones included)."""
+        cdef Context c
+        if self.n_sync[seq] <= keep:
+            return 0
+        self._flush()
+        for c in self.head_ctxs:
+            c.seq_rm_c(seq, keep, -1)
+        self.n_sync[seq] = keep
+        self.kept_tok[seq] = -1
+        return 0
+
+    # --- hooks ------------------------------------------------------------------------
+
+    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
+        Drafter.begin_c(self, seq, toks, n)
+        self._check_bound(seq)
+        self._forget(seq)
+        return 0
+
+    cdef int reset_c(self, int seq) except -1:
+        Drafter.reset_c(self, seq)
+        if self.mtp_ctx is not None and 0 <= seq < <int>self.n_sync.size():
+            self._forget(seq)
+        return 0
+
+    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
+        """Queue (x_p, h_{p-1}) for each committed token; keep h of the last one."""
+        self._check_bound(seq)
+        if n <= 0:
+            return 0
+        cdef int p0 = self.hist[seq].size()
+        Drafter.observe_c(self, seq, toks, n, row0)
+        if row0 < 0:
+            raise ValueError("the mtp drafter needs the target's hidden rows: observe must name "
+                             "the batch index (row0) of these tokens in the last target decode")
+        cdef Context t = self.target
+        cdef int i = 0
+        cdef const float * h
+        if self.n_sync[seq] > p0:
+            # the row of the pending token, decoded while drafting from the target's own h
+            if self.n_sync[seq] == p0 + 1 and self.kept_tok[seq] == toks[0]:
+                i = 1
+            else:
+                self._trim(seq, p0)
+        elif self.n_sync[seq] < p0:
+            raise RuntimeError(f"the MTP context of sequence {seq} is behind the target "
+                               f"({self.n_sync[seq]} < {p0} positions)")
+        for i in range(i, n):
+            if i == 0:
+                h = self.pend[seq].data()
+            else:
+                h = t.nextn_c(row0 + i - 1)
+                if h == NULL:
+                    raise RuntimeError(f"no target hidden row at batch index {row0 + i - 1}: the "
+                                       "target context must run with nextn='dense'")
+            self._queue(toks[i], p0 + i, seq, h)
+        h = t.nextn_c(row0 + n - 1)
+        if h == NULL:
+            raise RuntimeError(f"no target hidden row at batch index {row0 + n - 1}: the target "
+                               "context must run with nextn='dense'")
+        memcpy(self.pend[seq].data(), h, self.n_embd * sizeof(float))
+        self.n_sync[seq] = p0 + n
+        self.kept_tok[seq] = -1
+        if self.n_heads > 1:
+            self._flush()   # chained heads replay the rows per head: do it while rows are valid
+        return 0
+
+    cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil:
+        """Whether softmax(lg)[y] >= p_min (y is the argmax)."""
+        if self.p_min <= 0.0:
+            return True
+        cdef double mx = lg[y], z = 0.0
+        cdef int j
+        for j in range(self.n_vocab):
+            z += exp(lg[j] - mx)
+        return 1.0 / z >= self.p_min
+
+    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        out.clear()
+        self._check_bound(seq)
+        cdef int p0 = self.hist[seq].size()
+        if n_max <= 0:
+            return 0
+        if self.n_sync[seq] != p0:
+            self._trim(seq, p0)
+            if self.n_sync[seq] != p0:
+                raise RuntimeError(f"the MTP context of sequence {seq} is behind the target "
+                                   f"({self.n_sync[seq]} < {p0} positions)")
+        if self.n_heads > 1:
+            return self._propose_chain(seq, last, n_max, out)
+        cdef Context c = self.mtp_ctx
+        cdef Model tm = self.target.model
+        cdef int i, idx, n_dec = 0
+        cdef int n_ctx_seq = c.n_ctx_seq
+        cdef int32_t tok = last, y
+        cdef const float * h = self.pend[seq].data()
+        cdef const float * lg
+        for i in range(n_max):
+            if p0 + i >= n_ctx_seq:
+                break
+            if self.batch.b.n_tokens >= self.batch.capacity:
+                self._flush()
+            idx = self.batch.b.n_tokens
+            self.batch.add_embd_c(tok, p0 + i, seq, True, h)
+            c.decode_c(self.batch)        # step 0 also decodes the queued catch-up
+            self.batch.clear_c()
+            self.n_decodes += 1
+            n_dec += 1
+            lg = c.logits_c(idx)
+            h = c.nextn_c(idx)
+            if lg == NULL or h == NULL:
+                raise RuntimeError("the MTP context gave no output for a draft row")
+            y = argmax(lg, self.n_vocab)
+            if not self._confident(lg, y):
+                break
+            out.tokens.push_back(y)
+            if tm.is_eog_c(y):
+                break
+            tok = y
+        # keep the row of ``last`` (built from the target's h); the rest was the head's own
+        if n_dec > 0:
+            if n_dec > 1:
+                c.seq_rm_c(seq, p0 + 1, -1)
+            self.n_sync[seq] = p0 + 1
+            self.kept_tok[seq] = last
+        return 0
+
+    cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        """Step i runs head i over (last, d_0..d_{i-1}) with rows (h_last, out_0..out_{i-1})."""
+        cdef int E = self.n_embd, i, t
+        cdef int p0 = self.hist[seq].size()
+        cdef int n = min(n_max, self.n_heads)
+        cdef Context c
+        cdef const float * lg
+        cdef const float * h
+        cdef int32_t y
+        self._flush()
+        memcpy(self.chain_h.data(), self.pend[seq].data(), E * sizeof(float))
+        self.chain_tok[0] = last
+        for i in range(n):
+            if p0 + i >= self.mtp_ctx.n_ctx_seq:
+                break
+            c = <Context> self.head_ctxs[i]
+            for t in range(i + 1):
+                self.batch.add_embd_c(self.chain_tok[t], p0 + t, seq, t == i,
+                                      self.chain_h.data() + <size_t>t * E)
+            c.decode_c(self.batch)
+            self.batch.clear_c()
+            self.n_decodes += 1
+            lg = c.logits_c(i)
+            h = c.nextn_c(i)
+            if lg == NULL or h == NULL:
+                raise RuntimeError("the MTP context gave no output for a draft row")
+            y = argmax(lg, self.n_vocab)
+            # copy before the trim: the outputs stay, but keep the order obvious
+            self.chain_tok[i + 1] = y
+            memcpy(self.chain_h.data() + <size_t>(i + 1) * E, h, E * sizeof(float))
+            c.seq_rm_c(seq, p0, -1)    # head i's draft region: rebuilt from scratch next time
+            if not self._confident(lg, y):
+                break
+            out.tokens.push_back(y)
+            if self.target.model.is_eog_c(y):
+                break
+        return 0
+
+    # --- introspection ----------------------------------------------------------------
+
+    def counters(self) -> dict:
+        """MTP decodes run, catch-up rows queued and flushes forced (since bind)."""
+        return {"decodes": self.n_decodes, "catchup_rows": self.n_catchup,
+                "flushes": self.n_flushes, "heads": self.n_heads}
+
+    def synced(self, int seq=0) -> int:
+        """Positions of ``seq`` whose MTP row is in the MTP context or queued for it."""
+        self._check_bound(seq)
+        return self.n_sync[seq]
+
+
+register("mtp")(MtpDrafter)
