@@ -68,6 +68,7 @@ cdef class MtpDrafter(Drafter):
     cdef int _chain_test                 # tests: chain this many copies of a single head
     cdef int _n_max_cfg
     cdef int n_embd
+    cdef int n_vocab_draft               # ids both vocabularies have (a head file may differ)
     cdef vector[vector[float]] pend      # per seq: target row of the last committed token
     cdef vector[int32_t] n_sync          # per seq: positions whose row is in the MTP KV or queued
     cdef vector[int32_t] kept_tok        # per seq: token of the draft row kept at n_sync-1, or -1
@@ -159,6 +160,7 @@ cdef class MtpDrafter(Drafter):
             self.head_ctxs.append(ctx)
         self.mtp_ctx = self.head_ctxs[0]
         self.n_embd = mm.n_embd_out
+        self.n_vocab_draft = min(mm.n_vocab, tm.n_vocab)
         self.batch = Batch(cap, n_embd=self.n_embd, n_seq_max=n_seq)
         self.pend.assign(n_seq, vector[float](self.n_embd, 0.0))
         self.n_sync.assign(n_seq, 0)
@@ -257,11 +259,11 @@ cdef class MtpDrafter(Drafter):
         self._check_bound(seq)
         if n <= 0:
             return 0
-        cdef int p0 = self.hist[seq].size()
-        Drafter.observe_c(self, seq, toks, n, row0)
         if row0 < 0:
             raise ValueError("the mtp drafter needs the target's hidden rows: observe must name "
                              "the batch index (row0) of these tokens in the last target decode")
+        cdef int p0 = self.hist[seq].size()
+        Drafter.observe_c(self, seq, toks, n, row0)
         cdef Context t = self.target
         cdef int i = 0
         cdef const float * h
@@ -300,7 +302,7 @@ cdef class MtpDrafter(Drafter):
             return True
         cdef double mx = lg[y], z = 0.0
         cdef int j
-        for j in range(self.n_vocab):
+        for j in range(self.n_vocab_draft):
             z += exp(lg[j] - mx)
         return 1.0 / z >= self.p_min
 
@@ -339,7 +341,7 @@ cdef class MtpDrafter(Drafter):
             h = c.nextn_c(idx)
             if lg == NULL or h == NULL:
                 raise RuntimeError("the MTP context gave no output for a draft row")
-            y = argmax(lg, self.n_vocab)
+            y = argmax(lg, self.n_vocab_draft)
             if not self._confident(lg, y):
                 break
             out.tokens.push_back(y)
@@ -380,7 +382,7 @@ cdef class MtpDrafter(Drafter):
             h = c.nextn_c(i)
             if lg == NULL or h == NULL:
                 raise RuntimeError("the MTP context gave no output for a draft row")
-            y = argmax(lg, self.n_vocab)
+            y = argmax(lg, self.n_vocab_draft)
             # copy before the trim: the outputs stay, but keep the order obvious
             self.chain_tok[i + 1] = y
             memcpy(self.chain_h.data() + <size_t>(i + 1) * E, h, E * sizeof(float))
