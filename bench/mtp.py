@@ -115,13 +115,17 @@ def models(size: str, noises: Dict[float, float]) -> Dict[float, Path]:
             for acc, noise in noises.items()}
 
 
-def run_draft_mtp(path, prompt: str, echo: str, n_gen: int, n_max: int, threads: int = 2) -> dict:
+def run_draft_mtp(path, prompt: str, echo: str, n_gen: int, n_max: int, threads: int = 2,
+                  tries: int = 3) -> dict:
     """``llama-speculative-simple --spec-type draft-mtp``, greedy.
 
     Like ``llama_tools.run_spec_simple``, but the generated text is cut after
     ``echo`` (the prompt's token pieces as the tool prints them): the bigram
     models' test vocabulary prints token ids in hex, so the prompt text itself
-    is never echoed.
+    is never echoed. llama.cpp's logger runs on a thread it never joins (the
+    singleton is leaked on purpose, common/log.cpp), so on a loaded machine the
+    tail of the log, timing summary included, can be lost at exit: such a run
+    is repeated, up to ``tries`` times.
     """
     import subprocess
     import tempfile
@@ -129,20 +133,22 @@ def run_draft_mtp(path, prompt: str, echo: str, n_gen: int, n_max: int, threads:
     cmd = [str(llama_tools._tool("llama-speculative-simple")), "-m", str(path),
            "-n", str(n_gen - 1), "-t", str(threads), "--temp", "0", "--log-colors", "off",
            "--spec-type", "draft-mtp", "--spec-draft-n-max", str(n_max)]
-    with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
-        f.write(prompt.encode() + b"\n")
-        f.flush()
-        res = subprocess.run(cmd + ["-f", f.name], capture_output=True)
-    llama_tools._check(res, cmd)
-    err = res.stderr.decode(errors="replace")
-    out = res.stdout.decode(errors="replace")
-    dec = llama_tools._RE_DECODED.search(err)
-    i = out.find(echo)
-    if dec is None or i < 0:
-        raise RuntimeError(f"llama-speculative-simple: unexpected output:\n{err[-2000:]}")
-    return {"text": out[i + len(echo):].rstrip("\n"), "tok_s": float(dec.group(3)),
-            "n_drafted": llama_tools._stat(err, "n_drafted"),
-            "n_accepted": llama_tools._stat(err, "n_accept")}
+    for _ in range(tries):
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
+            f.write(prompt.encode() + b"\n")
+            f.flush()
+            res = subprocess.run(cmd + ["-f", f.name], capture_output=True)
+        llama_tools._check(res, cmd)
+        err = res.stderr.decode(errors="replace")
+        out = res.stdout.decode(errors="replace")
+        dec = llama_tools._RE_DECODED.search(err)
+        i = out.find(echo)
+        if dec is not None and i >= 0:
+            return {"text": out[i + len(echo):].rstrip("\n"), "tok_s": float(dec.group(3)),
+                    "n_drafted": llama_tools._stat(err, "n_drafted"),
+                    "n_accepted": llama_tools._stat(err, "n_accept")}
+    raise RuntimeError(f"llama-speculative-simple: no timing summary in {tries} runs; last "
+                       f"stderr:\n{err[-2000:]}")
 
 
 def _prefix_match(a: str, b: str) -> float:

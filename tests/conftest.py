@@ -28,6 +28,12 @@ def _cached(cache: Path, name: str, write) -> str:
 
 
 @pytest.fixture(scope="session")
+def model_file(model_cache):
+    """model_file(name, write) -> path: write a synthetic model once per session."""
+    return lambda name, write: _cached(model_cache, name, write)
+
+
+@pytest.fixture(scope="session")
 def tiny_dense_path(model_cache) -> str:
     from specdec.testing import write_tiny_dense
     return _cached(model_cache, "tiny-dense.gguf", write_tiny_dense)

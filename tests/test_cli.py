@@ -1,14 +1,17 @@
 """The command line, as a user runs it."""
 import json
 import subprocess
+import tempfile
 import sys
 
 import pytest
 
 
 def _run(*args, check=True):
+    # run outside the repo: `python -m` puts the cwd first on sys.path, where the uncompiled
+    # source folder would shadow the installed package
     p = subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True,
-                       timeout=300)
+                       timeout=300, cwd=tempfile.gettempdir())
     if check:
         assert p.returncode == 0, p.stderr
     return p

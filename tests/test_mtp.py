@@ -14,8 +14,6 @@ Three references:
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -34,28 +32,19 @@ ARCHS = ["qwen35", "qwen35moe"]
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
 
 
-def _cached(cache: Path, name: str, write) -> str:
-    p = cache / name
-    if not p.exists():
-        tmp = p.with_suffix(f".tmp{os.getpid()}")
-        write(tmp)
-        os.replace(tmp, p)
-    return str(p)
-
-
 @pytest.fixture(scope="session")
-def bigram(model_cache):
+def bigram(model_file):
     """bigram(arch, noise) -> path of a tiny bigram model (noise on the MTP head's eh_proj)."""
     def get(arch="qwen35", noise=0.0):
-        return _cached(model_cache, f"bigram-{arch}-n{noise}.gguf",
+        return model_file(f"bigram-{arch}-n{noise}.gguf",
                        lambda p: write_bigram_mtp_model(p, arch=arch, noise=noise))
     return get
 
 
 @pytest.fixture(scope="session")
-def split_qwen35(model_cache):
+def split_qwen35(model_file):
     """The same random weights as one file, as a trunk-only file and as an MTP-only file."""
-    return tuple(_cached(model_cache, f"split-{kind}.gguf",
+    return tuple(model_file(f"split-{kind}.gguf",
                          lambda p, kw=kw: write_tiny_qwen35(p, seed=5, **kw))
                  for kind, kw in [("full", {}), ("trunk", {"mtp": False}),
                                   ("head", {"mtp_only": True})])
