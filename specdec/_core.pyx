@@ -107,9 +107,7 @@ MTP_ARCHS = frozenset({
     "nemotron_h_moe",
 })
 #: of those, the archs whose MTP graph handles several chained heads
-MTP_MULTI_HEAD_ARCHS = frozenset({
-    "step35", "mimo2", "hy_v3", "glm4moe", "glm-dsa", "deepseek32", "bailingmoe3",
-})
+MTP_MULTI_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 #: recurrent/hybrid archs with bounded partial rollback (n_rs_seq); llm_arch_supports_rs_rollback
 RS_ROLLBACK_ARCHS = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",

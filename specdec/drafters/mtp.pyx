@@ -44,10 +44,7 @@ from .registry import register
 
 import os
 
-from .._core import MTP_ARCHS
-
-#: archs whose MTP graph accepts several chained heads (the others assert one)
-CHAIN_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
+from .._core import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
 
 
 cdef class MtpDrafter(Drafter):
