@@ -1,4 +1,4 @@
-"""Command line: ``specdec generate``, ``specdec drafters``."""
+"""Command line: ``specdec generate``, ``specdec drafters``, ``specdec bench``."""
 from __future__ import annotations
 
 import argparse
@@ -98,6 +98,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
     sub.add_parser("drafters", help="list the registered drafters, plugins included")
+    from .benchmark.cli import add_parser as _add_bench
+    _add_bench(sub)
     args = parser.parse_args(argv)
     if getattr(args, "verbose", False):
         logging.basicConfig(level=logging.INFO)
@@ -105,6 +107,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == "generate":
             return _generate(args)
+        if args.command == "bench":
+            from .benchmark.cli import run as _bench
+            return _bench(args)
         return _drafters(args)
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

@@ -1,0 +1,85 @@
+"""``specdec bench``: run a matrix, write results JSON, Markdown and plots, and gate
+against a baseline."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import compare as gate
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="benchmark against plain decoding, llama.cpp and "
+                       "llama-cpp-python; regression gate",
+                       description="Side-by-side benchmark: writes results.json, report.md and "
+                                   "PNG plots, prints the report, and with --compare fails when "
+                                   "a tracked ratio drops below a baseline.")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--quick", dest="matrix", action="store_const", const="quick",
+                   help="the quick matrix (default; under 10 minutes on 2 cores)")
+    g.add_argument("--full", dest="matrix", action="store_const", const="full",
+                   help="the whole matrix (every prompt, drafter, n_max, model)")
+    g.add_argument("--matrix", choices=("quick", "full", "tiny"), help=argparse.SUPPRESS)
+    p.add_argument("--case", action="append", help="only cases whose name starts with this "
+                   "(repeatable), e.g. gemma3-270m, mtp-mid-90")
+    p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the matrix's)")
+    p.add_argument("--out", "-o", help="output directory (default ./specdec-bench/<matrix>-<time>)")
+    p.add_argument("--compare", metavar="BASELINE.json", help="fail (exit 1) when a tracked ratio "
+                   "drops more than --margin below this baseline")
+    p.add_argument("--margin", type=float, default=gate.DEFAULT_MARGIN,
+                   help=f"allowed drop below a baseline ratio, as a fraction (default {gate.DEFAULT_MARGIN})")
+    p.add_argument("--results", metavar="RESULTS.json",
+                   help="do not measure: report (and --compare) an earlier run's results")
+    p.add_argument("--save-baseline", metavar="PATH", help="also write the tracked ratios as a baseline")
+    p.add_argument("--no-peers", action="store_true", help="specdec only")
+    p.add_argument("--no-build", action="store_true",
+                   help="do not build missing peers (their rows say why they did not run)")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--threads", "-t", type=int, default=2)
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import matrix as mx, report
+
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    name = args.matrix or "quick"
+    if args.results:
+        results = report.finalize(report.load_json(args.results))
+        out = Path(args.out) if args.out else Path(args.results).parent
+    else:
+        from .runner import Runner
+
+        m = mx.select(mx.tiny() if name == "tiny" else mx.get(name), args.case)
+        if args.reps:
+            m = mx.Matrix(m.name, m.cases, args.reps, m.check_tokens, m.bench_reps)
+        out = Path(args.out) if args.out else Path("specdec-bench") / (
+            f"{m.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+        results = report.finalize(Runner(m, peers_enabled=not args.no_peers,
+                                         build_peers=not args.no_build, threads=args.threads,
+                                         log=log).run())
+    report.save_json(results, out / "results.json")
+    md = report.markdown(results)
+    (out / "report.md").write_text(md)
+    print(md)
+    if not args.no_plots:
+        from . import plots
+        for path in plots.write_all(results, out):
+            log(f"wrote {path}")
+    if args.save_baseline:
+        report.save_json(report.baseline_of(results), args.save_baseline)
+        log(f"wrote baseline {args.save_baseline}")
+    log(f"wrote {out / 'results.json'} and {out / 'report.md'}")
+    rc = 1 if results["failures"] else 0
+    if args.compare:
+        checks = gate.compare(results, report.load_json(args.compare), args.margin)
+        print(f"## Regression gate against {args.compare} (margin {args.margin:.0%})\n")
+        print(gate.table(checks) + "\n")
+        print(gate.summary(checks))
+        if gate.failed(checks):
+            rc = 1
+        elif not any(c.status == "ok" for c in checks):
+            rc = 2      # nothing comparable: the gate says nothing, which must not pass silently
+    return rc

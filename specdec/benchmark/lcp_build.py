@@ -1,0 +1,158 @@
+"""Build llama-cpp-python 0.3.36 from its sdist into a private venv, for the peer benchmark.
+
+llama-cpp-python bundles the same llama.cpp commit specdec links; built from source
+with specdec's CPU flags (native, AMX masked out: these VMs report AMX but fault on
+it) it is a fair peer. It lives in its own venv under the cache dir and only ever
+runs in a subprocess, so its libllama never meets specdec's in one process. Nothing
+here is part of the specdec package build.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+VERSION = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{VERSION}.tar.gz"
+# the same archive tools/fetch_llama_cpp.py takes llama.cpp from (one pin, one hash)
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+LLAMA_PIN = "0c1e570"   # the llama.cpp commit under vendor/llama.cpp (tools/fetch_llama_cpp.py: PIN)
+
+AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+CMAKE_ARGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=ON",
+    "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
+    f"-DCMAKE_C_FLAGS={AMX_OFF}", f"-DCMAKE_CXX_FLAGS={AMX_OFF}",
+    "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
+    "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+]
+
+
+def _cache_base() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specdec"
+
+
+def peer_dir() -> Path:
+    """``$SPECDEC_PEERS_DIR/llama-cpp-python-<version>`` or the same under ``~/.cache/specdec/peers``."""
+    root = os.environ.get("SPECDEC_PEERS_DIR")
+    base = Path(root).expanduser() if root else _cache_base() / "peers"
+    flags = hashlib.sha256(json.dumps(CMAKE_ARGS).encode()).hexdigest()[:8]
+    return base / f"llama-cpp-python-{VERSION}-{flags}"
+
+
+def python() -> Path:
+    return peer_dir() / "venv" / "bin" / "python"
+
+
+def built() -> bool:
+    try:
+        stamp = json.loads((peer_dir() / "stamp.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return stamp.get("version") == VERSION and python().exists()
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _sdist(log) -> Path:
+    """The sdist: the copy tools/fetch_llama_cpp.py keeps in the cache, else ``pip download``."""
+    for cand in (os.environ.get("SPECDEC_LLAMA_SDIST"), _cache_base() / "sdist" / SDIST_NAME,
+                 peer_dir() / SDIST_NAME):
+        if cand and Path(cand).is_file() and _sha256(Path(cand)) == SDIST_SHA256:
+            return Path(cand)
+    dst = peer_dir()
+    dst.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                    "-d", str(dst), f"llama-cpp-python=={VERSION}"], check=True,
+                   stdout=log, stderr=subprocess.STDOUT)
+    path = dst / SDIST_NAME
+    if _sha256(path) != SDIST_SHA256:
+        path.unlink()
+        raise RuntimeError(f"{SDIST_NAME}: sha256 mismatch, refusing to build it")
+    return path
+
+
+def vendored_llama_cpp() -> Path:
+    """The sdist's ``vendor/llama.cpp``, unpacked once into the cache (installed packages)."""
+    dest = _cache_base() / "llama-src" / LLAMA_PIN
+    if (dest / "CMakeLists.txt").exists():
+        return dest
+    with _locked(dest.parent):
+        if not (dest / "CMakeLists.txt").exists():
+            prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            with open(os.devnull, "w") as log, tarfile.open(_sdist(log)) as tar:
+                for m in tar.getmembers():
+                    rel = m.name[len(prefix):] if m.name.startswith(prefix) else ""
+                    if rel and ".." not in Path(rel).parts:
+                        m.name = rel
+                        tar.extract(m, tmp, filter="data")
+            tmp.rename(dest)
+    return dest
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure(log_path: str | os.PathLike[str] | None = None) -> Path:
+    """Build (once) and return the venv's python. Raises if the build fails; the log says why."""
+    if built():
+        return python()
+    root = peer_dir()
+    with _locked(root):
+        if built():
+            return python()
+        log_file = Path(log_path) if log_path else root / "build.log"
+        with open(log_file, "a") as log:
+            t0 = time.monotonic()
+            sdist = _sdist(log)
+            venv = root / "venv"
+            if not (venv / "bin" / "python").exists():
+                # system site-packages: numpy/jinja2 come from the host, only missing deps download
+                subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                               check=True, stdout=log, stderr=subprocess.STDOUT)
+            env = dict(os.environ, CMAKE_ARGS=shlex.join(CMAKE_ARGS),
+                       CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 1))
+            env.pop("PYTHONPATH", None)
+            with tempfile.TemporaryDirectory() as tmp:
+                res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
+                                      "--no-cache-dir", str(sdist)], env=dict(env, TMPDIR=tmp),
+                                     stdout=log, stderr=subprocess.STDOUT)
+            if res.returncode != 0:
+                raise RuntimeError(f"llama-cpp-python {VERSION} build failed (see {log_file})")
+            (root / "stamp.json").write_text(json.dumps(
+                {"version": VERSION, "cmake_args": CMAKE_ARGS,
+                 "build_seconds": round(time.monotonic() - t0, 1)}, indent=2) + "\n")
+    return python()
+
+
+if __name__ == "__main__":
+    print(ensure())

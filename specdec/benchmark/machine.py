@@ -1,0 +1,63 @@
+"""What machine and which build a benchmark ran on, so results and baselines say so."""
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from . import lcp_build
+
+
+def cpu_model() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return m.group(1).strip() if m else platform.machine()
+
+
+def machine_class(threads: int = 2) -> str:
+    """A file-name-safe class for baselines: CPU model and core count, e.g.
+    ``intel-xeon-processor-2c``. Ratios only compare within one class."""
+    slug = re.sub(r"\(r\)|\(tm\)|cpu|@.*$", "", cpu_model().lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
+    return f"{slug}-{os.cpu_count() or 1}c"
+
+
+def git_commit() -> Optional[str]:
+    """The commit of the source tree specdec was imported from, ``+dirty`` if modified;
+    None for an installed package outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return None
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+def describe(threads: int) -> Dict[str, Any]:
+    from .. import __version__
+    from .._core import system_info
+
+    return {
+        "cpu": cpu_model(),
+        "cpus": os.cpu_count(),
+        "threads": threads,
+        "class": machine_class(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "specdec": __version__,
+        "commit": git_commit(),
+        "llama_cpp_pin": lcp_build.LLAMA_PIN,
+        "ggml": system_info(),
+        "load_avg_start": round(os.getloadavg()[0], 2),
+    }

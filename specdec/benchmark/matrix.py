@@ -1,0 +1,168 @@
+"""What a benchmark run measures: models, prompts and methods (``quick`` and ``full``).
+
+A *method* is one way of decoding (a side: specdec, llama.cpp or llama-cpp-python; a
+family that pairs like with like across sides; its draft settings). A *case* is one
+model with its prompts and methods. The fixed ``n_max`` of each drafter in ``quick``
+is the best one found by ``full``, which sweeps them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+from .prompts import Prompt, all_prompts
+
+SPECDEC = "specdec"
+LLAMA_CPP = "llama.cpp"
+LCP = "llama-cpp-python"
+
+MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only needs some tokens "
+              "to start from, and a few more so that the prompt pass is not trivial. ") * 2
+
+
+@dataclass(frozen=True)
+class Method:
+    side: str                        # SPECDEC, LLAMA_CPP or LCP
+    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp
+    drafter: str = ""                # specdec drafter spec, llama.cpp --spec-type, or LCP kind
+    n_max: int = 0
+    adaptive: bool = False
+    extra: Tuple[str, ...] = ()      # llama.cpp flags
+
+    @property
+    def label(self) -> str:
+        if self.family == "plain":
+            return f"{self.side} plain"
+        how = "adaptive" if self.adaptive else f"n{self.n_max}"
+        return f"{self.side} {self.drafter} {how}"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str                        # e.g. "gemma3-270m", "mtp-mid-90"
+    model: str                       # "gemma", "layerskip:N" (gemma + its first N layers), "bigram"
+    prompts: Tuple[Prompt, ...]
+    methods: Tuple[Method, ...]
+    n_gen: int
+    size: str = ""                   # bigram: "tiny" / "mid"
+    accuracy: float = 0.0            # bigram: first-draft accuracy of the MTP head
+    arch: str = "qwen35"             # bigram: qwen35 or qwen35moe
+
+
+@dataclass(frozen=True)
+class Matrix:
+    name: str
+    cases: Tuple[Case, ...]
+    reps: int = 2                    # alternating rounds per (prompt, method); medians
+    check_tokens: int = 64           # tokens of the exact-mode output check
+    bench_reps: int = 2              # llama-bench repetitions per round
+
+
+def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False) -> Method:
+    return Method(SPECDEC, family, drafter, n_max if not adaptive else max(n_max, 8), adaptive)
+
+
+PLAIN = Method(SPECDEC, "plain")
+LLAMA_PLAIN = Method(LLAMA_CPP, "plain", "llama-bench")
+LCP_PLAIN = Method(LCP, "plain", "plain")
+
+
+_LLAMA_FAMILY = {"ngram-simple": "ngram", "ngram-map-k": "ngram-map", "ngram-mod": "ngram-mod",
+                 "ngram-cache": "ngram-cache"}
+# ngram-simple and ngram-map-k match a 12-token key by default and then draft nothing
+# shorter than the key: a 3-token key is their best setting on these prompts (see the anchors)
+_LLAMA_EXTRA = {"ngram-simple": ("--spec-ngram-simple-size-n", "3"),
+                "ngram-map-k": ("--spec-ngram-map-k-size-n", "3")}
+
+
+def _llama_ngram(n_max: int, mode: str = "ngram-simple") -> Method:
+    return Method(LLAMA_CPP, _LLAMA_FAMILY[mode], mode, n_max, extra=_LLAMA_EXTRA.get(mode, ()))
+
+
+def _pick(names: List[str]) -> Tuple[Prompt, ...]:
+    by = {p.name: p for p in all_prompts()}
+    return tuple(by[n] for n in names)
+
+
+def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
+              arch: str = "qwen35") -> Case:
+    methods = [PLAIN, LLAMA_PLAIN]
+    for n in n_max_list:
+        methods += [_s("mtp", "mtp", n), Method(LLAMA_CPP, "mtp", "draft-mtp", n)]
+    methods.append(_s("mtp", "mtp", 4, adaptive=True))
+    tag = "mtp-moe" if arch != "qwen35" else "mtp"
+    return Case(f"{tag}-{size}-{round(acc * 100)}", "bigram",
+                (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen, size, acc, arch)
+
+
+def quick() -> Matrix:
+    """Every ratio of the note in one run, under 10 minutes on 2 cores."""
+    gemma = Case("gemma3-270m", "gemma",
+                 _pick(["code-api", "repeat-passage", "records-csv", "open-story"]),
+                 (PLAIN, LLAMA_PLAIN,
+                  _s("ngram", "ngram", 4), _s("ngram", "ngram", 8, adaptive=True),
+                  _s("suffix", "suffix", 8, adaptive=True),
+                  _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
+                  Method(LLAMA_CPP, "ngram-cache", "ngram-cache", 4),
+                  LCP_PLAIN, Method(LCP, "ngram", "pld", 3)),
+                 n_gen=128)
+    mtp = tuple(_mtp_case(a, (2,), "mid", 128) for a in (0.9, 0.7, 0.5))
+    return Matrix("quick", (gemma,) + mtp, reps=2, check_tokens=48)
+
+
+def full() -> Matrix:
+    """The whole matrix: every prompt, every drafter swept over n_max and adaptive, the
+    layer-skip draft model, MTP at three acceptance levels, and the MoE variant."""
+    s: List[Method] = [PLAIN, LLAMA_PLAIN]
+    for fam, drafter, sweep in (("ngram", "ngram", (3, 4, 6)), ("suffix", "suffix", (3, 4, 6)),
+                                ("ngram-map", "ngram-map", (4, 8)),
+                                ("ngram-cache", "ngram-cache", (3, 4))):
+        s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, 8, adaptive=True)]
+    s += [_llama_ngram(n) for n in (3, 4, 6)]
+    s += [_llama_ngram(n, "ngram-map-k") for n in (3, 4, 6)]
+    s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]
+    s += [Method(LLAMA_CPP, "ngram-cache", "ngram-cache", n) for n in (3, 4)]
+    s += [LCP_PLAIN] + [Method(LCP, "ngram", "pld", n) for n in (3, 10)]
+    gemma = Case("gemma3-270m", "gemma", tuple(all_prompts()), tuple(s), n_gen=256)
+    ls = (PLAIN, LLAMA_PLAIN, _s("draft", "layerskip:6", 3), _s("draft", "layerskip:6", 4),
+          _s("draft", "layerskip:6", 8, adaptive=True),
+          Method(LLAMA_CPP, "draft", "draft-simple", 3), Method(LLAMA_CPP, "draft", "draft-simple", 4),
+          LCP_PLAIN, Method(LCP, "draft", "draft", 3))
+    layerskip = Case("gemma3-270m+layerskip6", "layerskip:6",
+                     _pick(["code-api", "repeat-passage", "records-csv", "open-story"]), ls, n_gen=256)
+    mtp = tuple(_mtp_case(a, (1, 2, 3, 4), "mid", 256) for a in (0.9, 0.7, 0.5))
+    moe = _mtp_case(0.9, (1, 2, 3), "mid", 256, arch="qwen35moe")
+    return Matrix("full", (gemma, layerskip) + mtp + (moe,), reps=3, check_tokens=128)
+
+
+def tiny(n_gen: int = 32, reps: int = 3, peers: bool = True) -> Matrix:
+    """The tiny bigram model, plain and MTP: for tests of the runner, report and gate."""
+    methods = [PLAIN, _s("mtp", "mtp", 2)]
+    if peers:
+        methods += [LLAMA_PLAIN, Method(LLAMA_CPP, "mtp", "draft-mtp", 2)]
+    case = Case("mtp-tiny-90", "bigram", (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods),
+                n_gen, "tiny", 0.9)
+    return Matrix("tiny", (case,), reps=reps, check_tokens=16, bench_reps=1)
+
+
+MATRICES = {"quick": quick, "full": full}
+
+
+def get(name: str) -> Matrix:
+    try:
+        return MATRICES[name]()
+    except KeyError:
+        raise ValueError(f"unknown matrix {name!r}; choose from {sorted(MATRICES)}") from None
+
+
+def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
+    if not case_names:
+        return m
+    cases = tuple(c for c in m.cases if any(c.name.startswith(n) for n in case_names))
+    if not cases:
+        raise ValueError(f"no case of {m.name!r} matches {case_names}")
+    return Matrix(m.name, cases, m.reps, m.check_tokens, m.bench_reps)
+
+
+__all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select",
+           "SPECDEC", "LLAMA_CPP", "LCP"]

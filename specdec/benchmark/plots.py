@@ -1,0 +1,155 @@
+"""PNG plots of a benchmark run (matplotlib, Agg backend, imported only when plotting).
+
+- ``tok_s_by_category.png``: tokens/s per method and prompt category, per case;
+- ``speedup.png``: each method over its own side's plain decoding;
+- ``acceptance_by_position.png``: P(draft i accepted | proposed), per specdec method;
+- ``mtp_speedup_vs_acceptance.png``: MTP speedup against acceptance, specdec and llama.cpp.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Dict, List
+
+from .matrix import LLAMA_CPP, SPECDEC
+from .report import GROUNDED, _Case
+from .runner import BOS_PROMPT, Row, rows_of
+
+COLORS = {SPECDEC: "tab:blue", LLAMA_CPP: "tab:orange", "llama-cpp-python": "tab:green"}
+
+
+def _plt():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def _gmean(xs: List[float]) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 0.0
+
+
+def _cases(rows: List[Row]) -> Dict[str, List[Row]]:
+    out: Dict[str, List[Row]] = defaultdict(list)
+    for r in rows:
+        out[r.case].append(r)
+    return out
+
+
+def tok_s_by_category(rows: List[Row], path: Path) -> Path:
+    plt = _plt()
+    cases = _cases(rows)
+    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.2 + 0.28 * max(
+        len({r.method for r in rs}) for rs in cases.values()) * len(cases)), squeeze=False)
+    for ax, (case, rs) in zip(axes[:, 0], cases.items()):
+        cats = list(dict.fromkeys(r.category for r in rs if r.prompt != BOS_PROMPT))
+        methods = list(dict.fromkeys(r.method for r in rs if r.prompt != BOS_PROMPT))
+        h = 0.8 / max(len(cats), 1)
+        for j, cat in enumerate(cats):
+            vals = [_gmean([r.tok_s for r in rs if r.method == m and r.category == cat and r.status == "ok"])
+                    for m in methods]
+            ax.barh([i + j * h for i in range(len(methods))], vals, height=h, label=cat)
+        ax.set_yticks([i + h * (len(cats) - 1) / 2 for i in range(len(methods))], methods, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("tokens/s (geometric mean over the category's prompts)")
+        ax.set_title(case, fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def speedup(rows: List[Row], path: Path) -> Path:
+    plt = _plt()
+    labels, vals, colors = [], [], []
+    for case, rs in _cases(rows).items():
+        c = _Case(case, rs)
+        for m in c.methods:
+            if c.meta[m].family == "plain":
+                continue
+            v = c.speedup(m)
+            if v > 0:
+                labels.append(f"{case}: {m}")
+                vals.append(v)
+                colors.append(COLORS.get(c.meta[m].side, "gray"))
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.22 * max(len(labels), 1)))
+    ax.barh(range(len(vals)), vals, color=colors)
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.set_yticks(range(len(labels)), labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"speedup over the same side's plain decoding (grounded prompts: {', '.join(GROUNDED)})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def acceptance_by_position(rows: List[Row], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    sums: Dict[str, List[List[int]]] = {}
+    for r in rows:
+        if r.side != SPECDEC or not r.drafted_per_position:
+            continue
+        key = f"{r.case}: {r.method}"
+        d, a = sums.setdefault(key, [[], []])
+        for i, (x, y) in enumerate(zip(r.drafted_per_position, r.accepted_per_position)):
+            if i >= len(d):
+                d.append(0)
+                a.append(0)
+            d[i] += x
+            a[i] += y
+    for key, (d, a) in sums.items():
+        pos = [i + 1 for i in range(len(d)) if d[i]]
+        acc = [a[i] / d[i] for i in range(len(d)) if d[i]]
+        ax.plot(pos, acc, marker="o", ms=3, label=key)
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("P(accepted | proposed)")
+    ax.set_ylim(0, 1.05)
+    if sums:
+        ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for case, rs in _cases(rows).items():
+        c = _Case(case, rs)
+        for m in c.methods:
+            meta = c.meta[m]
+            if meta.family != "mtp":
+                continue
+            rr = [c.by[(m, p)] for p in c.prompts if (m, p) in c.by]
+            drafted = sum(r.drafted for r in rr)
+            if not drafted:
+                continue
+            x = sum(r.accepted for r in rr) / drafted
+            y = c.speedup(m)
+            marker = "s" if meta.adaptive else "o"
+            ax.scatter([x], [y], color=COLORS.get(meta.side, "gray"), marker=marker)
+            ax.annotate(f"{case.split('-')[-1]}% {m.split(' ', 1)[1]}", (x, y), fontsize=6)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xlabel("acceptance (accepted / drafted)")
+    ax.set_ylabel("speedup over own plain decoding")
+    ax.set_title("MTP: specdec (blue; squares adaptive) and llama.cpp draft-mtp (orange)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:
+    """Write every plot into ``out_dir``; returns the paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = rows_of(results)
+    return [tok_s_by_category(rows, out_dir / "tok_s_by_category.png"),
+            speedup(rows, out_dir / "speedup.png"),
+            acceptance_by_position(rows, out_dir / "acceptance_by_position.png"),
+            mtp_speedup_vs_acceptance(rows, out_dir / "mtp_speedup_vs_acceptance.png")]

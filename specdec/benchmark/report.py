@@ -1,0 +1,317 @@
+"""Ratios, the results JSON and the Markdown report of a benchmark run.
+
+Every number that matters is a ratio of two rows measured side by side in one run:
+absolute tok/s drift by +-20% within an hour on these machines, ratios much less.
+A method's score over several prompts is the geometric mean of its per-prompt
+ratio, over the input-grounded prompts (``open`` prose is shown, not scored).
+
+Ratio kinds:
+- ``speedup``: a specdec method over specdec plain decoding (tracked by the gate);
+- ``vs-llama.cpp``: specdec against llama.cpp for the same method, and plain
+  specdec against ``llama-bench`` (tracked by the gate);
+- ``vs-llama-cpp-python``: shown, not tracked.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+from .matrix import LCP, LLAMA_CPP, SPECDEC
+from .runner import BOS_PROMPT, Row, rows_of
+
+GROUNDED = ("code", "repeat", "records")
+TRACKED_KINDS = ("speedup", "vs-llama.cpp")
+
+
+@dataclass
+class Ratio:
+    name: str
+    value: float
+    kind: str
+    case: str
+    target: Optional[float] = None
+
+    @property
+    def tracked(self) -> bool:
+        return self.kind in TRACKED_KINDS
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"value": round(self.value, 4), "kind": self.kind, "case": self.case,
+                "target": self.target, "tracked": self.tracked}
+
+
+def _gmean(xs: Iterable[float]) -> float:
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else 0.0
+
+
+def _ok(r: Row) -> bool:
+    return r.status == "ok" and r.tok_s > 0
+
+
+class _Case:
+    """The rows of one case, indexed for ratios."""
+
+    def __init__(self, name: str, rows: List[Row]) -> None:
+        self.name = name
+        self.rows = rows
+        self.by = {(r.method, r.prompt): r for r in rows}
+        self.prompts = list(dict.fromkeys(r.prompt for r in rows if r.prompt != BOS_PROMPT))
+        cats = {r.prompt: r.category for r in rows}
+        grounded = [p for p in self.prompts if cats[p] in GROUNDED]
+        self.scored = grounded or self.prompts
+        self.methods = list(dict.fromkeys(r.method for r in rows if r.prompt != BOS_PROMPT))
+        self.meta = {r.method: r for r in rows if r.prompt != BOS_PROMPT}
+
+    def ratio(self, a: str, b: str) -> float:
+        """Geometric mean over the scored prompts of ``a``'s tok/s over ``b``'s."""
+        vals = []
+        for p in self.scored:
+            ra, rb = self.by.get((a, p)), self.by.get((b, p))
+            if ra is None or rb is None or not _ok(ra) or not _ok(rb):
+                return 0.0
+            vals.append(ra.tok_s / rb.tok_s)
+        return _gmean(vals)
+
+    def own_plain(self, method: str) -> Optional[str]:
+        side = self.meta[method].side
+        if side == LLAMA_CPP:
+            return None           # llama.cpp's plain is llama-bench (empty context), see speedup()
+        return f"{side} plain"
+
+    def speedup(self, method: str) -> float:
+        """A method over its own side's plain decoding."""
+        if self.meta[method].side == LLAMA_CPP:
+            lb = self.by.get(("llama.cpp plain", BOS_PROMPT))
+            if lb is None or not _ok(lb):
+                return 0.0
+            return _gmean(self.by[(method, p)].tok_s / lb.tok_s for p in self.scored
+                          if (method, p) in self.by and _ok(self.by[(method, p)]))
+        plain = self.own_plain(method)
+        return self.ratio(method, plain) if plain and plain in self.meta else 0.0
+
+    def best(self, side: str, family: Optional[str] = None, adaptive: Optional[bool] = None,
+             exclude_plain: bool = True) -> Optional[str]:
+        """The method of ``side`` (and ``family``) with the highest score."""
+        cands = [m for m in self.methods if self.meta[m].side == side
+                 and (family is None or self.meta[m].family == family)
+                 and (adaptive is None or self.meta[m].adaptive == adaptive)
+                 and not (exclude_plain and self.meta[m].family == "plain")]
+        scored = [(self.score(m), m) for m in cands]
+        scored = [x for x in scored if x[0] > 0]
+        return max(scored)[1] if scored else None
+
+    def score(self, method: str) -> float:
+        """Geometric mean tok/s over the scored prompts; 0 unless it ran on all of them."""
+        rs = [self.by.get((method, p)) for p in self.scored]
+        if any(r is None or not _ok(r) for r in rs):
+            return 0.0
+        return _gmean(r.tok_s for r in rs if r is not None)
+
+
+def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
+    out: Dict[str, Ratio] = {}
+
+    def put(case: str, name: str, value: float, kind: str, target: Optional[float] = None) -> None:
+        if value > 0:
+            key = f"{case}: {name}"
+            out[key] = Ratio(key, value, kind, case, target)
+
+    for case in dict.fromkeys(r.case for r in rows):
+        c = _Case(case, [r for r in rows if r.case == case])
+        sp = c.by.get(("specdec plain", BOS_PROMPT))
+        lb = c.by.get(("llama.cpp plain", BOS_PROMPT))
+        if sp and lb and _ok(sp) and _ok(lb):
+            put(case, "specdec plain / llama-bench", sp.tok_s / lb.tok_s, "vs-llama.cpp",
+                0.97 if case.startswith("gemma") else None)
+        families = dict.fromkeys(c.meta[m].family for m in c.methods if c.meta[m].side == SPECDEC)
+        for fam in families:
+            if fam == "plain":
+                continue
+            for adaptive in (False, True):
+                m = c.best(SPECDEC, fam, adaptive)
+                if m is None:
+                    continue
+                how = "adaptive" if adaptive else "best fixed"
+                put(case, f"specdec {fam} {how} / specdec plain", c.speedup(m), "speedup")
+                theirs = c.best(LLAMA_CPP, fam)
+                if theirs is not None:
+                    target = None
+                    if fam == "mtp":
+                        target = 1.10 if adaptive else 1.0
+                    put(case, f"specdec {fam} {how} / llama.cpp {c.meta[theirs].drafter} best",
+                        c.ratio(m, theirs), "vs-llama.cpp", target)
+        best_ours = c.best(SPECDEC)
+        ngram_fams = ("ngram", "ngram-map", "ngram-mod", "ngram-cache")
+        theirs_ng = [m for m in (c.best(LLAMA_CPP, f) for f in ngram_fams) if m]
+        best_theirs = max(theirs_ng, key=c.score) if theirs_ng else None
+        if best_ours and best_theirs and c.meta[best_ours].family in ngram_fams + ("suffix",):
+            put(case, "best specdec drafter / best llama.cpp n-gram mode",
+                c.ratio(best_ours, best_theirs), "vs-llama.cpp", 1.15)
+        if "specdec plain" in c.meta and "llama-cpp-python plain" in c.meta:
+            put(case, "specdec plain / llama-cpp-python plain",
+                c.ratio("specdec plain", "llama-cpp-python plain"), "vs-llama-cpp-python")
+        pld = c.best(LCP, "ngram")
+        if best_ours and pld:
+            put(case, "best specdec drafter / llama-cpp-python prompt lookup best",
+                c.ratio(best_ours, pld), "vs-llama-cpp-python", 2.0)
+        dm = c.best(LCP, "draft")
+        ours_draft = c.best(SPECDEC, "draft")
+        if dm and ours_draft:
+            put(case, "specdec draft best / llama-cpp-python draft model",
+                c.ratio(ours_draft, dm), "vs-llama-cpp-python")
+    return out
+
+
+def failures(rows: List[Row]) -> List[Row]:
+    """Rows whose exact-mode output differs from plain greedy output."""
+    return [r for r in rows if r.check == "FAIL" or r.check.startswith("error")]
+
+
+# --- files ------------------------------------------------------------------------------
+
+def finalize(results: Dict[str, Any]) -> Dict[str, Any]:
+    """Add the ratios and failures to a results dict (idempotent)."""
+    rows = rows_of(results)
+    results["ratios"] = {k: r.to_dict() for k, r in compute_ratios(rows).items()}
+    results["failures"] = [f"{r.case} / {r.prompt} / {r.method}: {r.check}" for r in failures(rows)]
+    return results
+
+
+def save_json(results: Dict[str, Any], path: os.PathLike[str] | str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(results, indent=1) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def load_json(path: os.PathLike[str] | str) -> Dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def baseline_of(results: Dict[str, Any]) -> Dict[str, Any]:
+    """The small file kept in ``bench/baselines/``: machine, settings and tracked ratios."""
+    return {"schema": results.get("schema", 1), "matrix": results["matrix"],
+            "machine": results["machine"], "settings": results["settings"],
+            "wall_s": results.get("wall_s"),
+            "ratios": {k: v for k, v in results["ratios"].items() if v["tracked"]},
+            "shown": {k: v for k, v in results["ratios"].items() if not v["tracked"]}}
+
+
+# --- Markdown ---------------------------------------------------------------------------
+
+def _cell(r: Row, speedup: float) -> str:
+    if r.status != "ok" or r.tok_s <= 0:
+        return f"{r.status}: {r.note[:80]}" if r.note else r.status
+    bits = [f"{r.tok_s:.1f}"]
+    extra = []
+    if speedup > 0 and r.family != "plain":
+        extra.append(f"{speedup:.2f}x")
+    if r.drafted:
+        extra.append(f"acc {r.acceptance:.0%}")
+    if r.match is not None and r.match < 1:
+        extra.append(f"match {r.match:.0%}")
+    if r.check == "FAIL":
+        extra.append("**FAIL**")
+    if extra:
+        bits.append("(" + ", ".join(extra) + ")")
+    return " ".join(bits)
+
+
+def headline(ratios: Dict[str, Ratio]) -> str:
+    lines = ["| ratio (measured in this run) | value | target | met |", "|---|---|---|---|"]
+    for r in ratios.values():
+        if r.target is None:
+            continue
+        lines.append(f"| {r.name} | {r.value:.2f} | >= {r.target:.2f} | "
+                     f"{'yes' if r.value >= r.target else 'no'} |")
+    return "\n".join(lines)
+
+
+def case_table(name: str, rows: List[Row]) -> str:
+    c = _Case(name, rows)
+    head = ["method", *c.prompts, "speedup", "exact check"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for m in c.methods:
+        cells = []
+        for p in c.prompts:
+            r = c.by.get((m, p))
+            cells.append("" if r is None else _cell(r, _per_prompt_speedup(c, r)))
+        checks = {c.by[(m, p)].check for p in c.prompts if (m, p) in c.by}
+        check = "FAIL" if "FAIL" in checks else ("PASS" if checks == {"PASS"} else
+                                                   ", ".join(sorted(x for x in checks if x)))
+        sp = c.speedup(m) if c.meta[m].family != "plain" else 0.0
+        out.append(f"| {m} | " + " | ".join(cells) + f" | {sp:.2f}x | {check} |"
+                   if sp else f"| {m} | " + " | ".join(cells) + f" |  | {check} |")
+    return "\n".join(out)
+
+
+def _per_prompt_speedup(c: _Case, r: Row) -> float:
+    if r.side == LLAMA_CPP:
+        lb = c.by.get(("llama.cpp plain", BOS_PROMPT))
+        return r.tok_s / lb.tok_s if lb and _ok(lb) and _ok(r) else 0.0
+    plain = c.by.get((f"{r.side} plain", r.prompt))
+    return r.tok_s / plain.tok_s if plain and _ok(plain) and _ok(r) else 0.0
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    rows = rows_of(results)
+    ratios = compute_ratios(rows)
+    m = results["machine"]
+    s = results["settings"]
+    lines = [f"# specdec bench: {results['matrix']}", "",
+             f"{m['cpu']}, {m['cpus']} CPUs, {m['threads']} threads; specdec {m['specdec']} "
+             f"(commit {m.get('commit') or 'n/a'}), llama.cpp {m['llama_cpp_pin']}, "
+             f"llama-cpp-python {results['peers'].get('llama-cpp-python')}; "
+             f"{s['reps']} alternating rounds, medians; wall time {results.get('wall_s', 0):.0f} s; "
+             f"load average at start {m.get('load_avg_start')}.", ""]
+    if s.get("inject_sleep_ms"):
+        lines += [f"**Injected sleep: {s['inject_sleep_ms']:.0f} ms per specdec round** "
+                  "(a deliberately slowed build).", ""]
+    lines += ["## Headline ratios", "", headline(ratios), ""]
+    for case in dict.fromkeys(r.case for r in rows):
+        cr = [r for r in rows if r.case == case]
+        lines += [f"## {case}", "",
+                  "tok/s (speedup over the side's own plain decoding, acceptance, share of "
+                  "tokens equal to plain greedy output when below 100%). llama.cpp's plain is "
+                  "`llama-bench`; speedup column: geometric mean over the input-grounded prompts.", ""]
+        bos = [r for r in cr if r.prompt == BOS_PROMPT]
+        if bos:
+            lines += ["Plain decoding from an empty context: " + ", ".join(
+                f"{r.method} {r.tok_s:.1f} tok/s" if _ok(r) else f"{r.method} {r.status} ({r.note})"
+                for r in bos), ""]
+        lines += [case_table(case, cr), ""]
+    lines += ["## All ratios", "", "| ratio | value | kind | gate |", "|---|---|---|---|"]
+    lines += [f"| {r.name} | {r.value:.3f} | {r.kind} | {'tracked' if r.tracked else ''} |"
+              for r in ratios.values()]
+    fails = failures(rows)
+    lines += ["", "## Exact-mode output check", ""]
+    if fails:
+        lines += [f"- **{r.case} / {r.prompt} / {r.method}: {r.check}**" for r in fails]
+    else:
+        n = sum(1 for r in rows if r.check == "PASS")
+        lines += [f"All {n} specdec (method, prompt) pairs produce plain greedy output token for "
+                  f"token in exact mode ({s['check_tokens']} tokens)."]
+    gone = [r for r in rows if r.status != "ok"]
+    if gone:
+        lines += ["", "## Methods that did not run", ""]
+        seen = set()
+        for r in gone:
+            if (r.case, r.method) not in seen:
+                seen.add((r.case, r.method))
+                lines.append(f"- {r.case} / {r.method}: {r.status}: {r.note}")
+    return "\n".join(lines) + "\n"
+
+
+def ratios_from(results: Dict[str, Any]) -> Dict[str, float]:
+    return {k: v["value"] for k, v in results.get("ratios", {}).items()}
+
+
+__all__ = ["Ratio", "compute_ratios", "finalize", "save_json", "load_json", "baseline_of",
+           "markdown", "failures", "ratios_from"]

@@ -1,0 +1,387 @@
+"""Run a benchmark matrix: specdec and its peers side by side, alternating, medians.
+
+For each case (a model) and prompt, every method runs once per round, in turn, for
+``reps`` rounds (A B C A B C): drift on these machines hits every method alike,
+and each row keeps the median. Plain decoding against ``llama-bench`` runs the same
+way from an empty context. Afterwards every specdec method is checked in exact mode
+(``exact=True``: batch-invariant kernels) against exact plain greedy output: a
+mismatch is a FAIL. The fast-mode share of tokens equal to plain greedy output is
+reported for every method, peers included (they are not bit-exact: batched and
+single-row kernels round differently).
+
+``SPECDEC_BENCH_INJECT_SLEEP_MS`` makes the specdec side sleep that long per round.
+It exists to show that the regression gate fails on a slower build; only this
+runner reads it, never the library.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from .. import api
+from .._core import Model
+from ..models import default_model_path
+from . import machine, peers
+from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
+from .prompts import Prompt
+
+INJECT_ENV = "SPECDEC_BENCH_INJECT_SLEEP_MS"
+BOS_PROMPT = "(empty context)"   # the prompt name of plain decoding against llama-bench
+
+
+@dataclass
+class Row:
+    """One method on one prompt of one case: median tok/s over the rounds, and checks."""
+
+    case: str
+    prompt: str
+    category: str
+    method: str
+    side: str
+    family: str
+    drafter: str = ""
+    n_max: int = 0
+    adaptive: bool = False
+    tok_s: float = 0.0
+    tok_s_runs: List[float] = field(default_factory=list)
+    drafted: int = 0
+    accepted: int = 0
+    drafted_per_position: List[int] = field(default_factory=list)
+    accepted_per_position: List[int] = field(default_factory=list)
+    match: Optional[float] = None      # fast mode: share of tokens equal to plain greedy, from the start
+    check: str = ""                    # exact mode: PASS / FAIL (specdec only), else ""
+    status: str = "ok"                 # ok / unavailable / error
+    note: str = ""
+
+    @property
+    def acceptance(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    def to_dict(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["acceptance"] = self.acceptance
+        return d
+
+
+@dataclass
+class Sample:
+    tok_s: float
+    tokens: Optional[List[int]] = None
+    text: str = ""
+    drafted: int = 0
+    accepted: int = 0
+    drafted_at: List[int] = field(default_factory=list)
+    accepted_at: List[int] = field(default_factory=list)
+
+
+def _share(a: Sequence, b: Sequence) -> float:
+    """Share of the common length on which ``a`` and ``b`` agree from the start."""
+    n = min(len(a), len(b))
+    k = next((i for i in range(n) if a[i] != b[i]), n)
+    return k / n if n else 0.0
+
+
+def inject_sleep_s() -> float:
+    try:
+        return max(float(os.environ.get(INJECT_ENV, "0") or 0), 0.0) / 1000.0
+    except ValueError:
+        raise ValueError(f"{INJECT_ENV} must be a number of milliseconds") from None
+
+
+def _specdec_sample(dec: api.Decoder, prompt, n_gen: int, sleep_s: float) -> Sample:
+    if sleep_s:
+        st = dec.stream(prompt, max_tokens=n_gen)
+        for _ in st:                 # one piece per round
+            time.sleep(sleep_s)
+        res = st.result
+        assert res is not None
+    else:
+        res = dec.generate(prompt, max_tokens=n_gen)
+    s = res.stats
+    return Sample(s.tokens_per_s, list(res.tokens), res.text, s.drafted, s.accepted,
+                  list(s.drafted_per_position), list(s.accepted_per_position))
+
+
+class _Models:
+    """Model files per case, made on first use (gemma, its layer-skip draft, bigram MTP)."""
+
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+
+    def target(self, case: Case) -> str:
+        if case.model == "bigram":
+            from .synthetic import model_for
+            return str(model_for(case.size, case.accuracy, case.arch, log=self.log))
+        return str(default_model_path())
+
+    def draft(self, case: Case) -> Optional[str]:
+        if case.model.startswith("layerskip:"):
+            from ..drafters.layerskip import derive_layerskip_gguf
+            return str(derive_layerskip_gguf(self.target(case), int(case.model.split(":")[1])))
+        return None
+
+
+class Runner:
+    """Runs one matrix; ``run()`` returns the rows (see ``report`` for ratios and tables)."""
+
+    def __init__(self, matrix: Matrix, *, peers_enabled: bool = True, build_peers: bool = True,
+                 threads: int = 2, log: Callable[[str], None] = print) -> None:
+        self.m = matrix
+        self.peers_enabled = peers_enabled
+        self.build_peers = build_peers
+        self.threads = threads
+        self.log = log
+        self.sleep_s = inject_sleep_s()
+        self.models = _Models(log)
+        self._lcp: Optional[peers.LcpWorker] = None
+        self._lcp_error: Optional[str] = None
+        self._t0 = 0.0
+        self._done = 0
+        self._total = 0
+
+    # --- bookkeeping --------------------------------------------------------------------
+
+    def _count(self) -> int:
+        n = 0
+        for c in self.m.cases:
+            timed = [m for m in c.methods if not (m.side == LLAMA_CPP and m.family == "plain")]
+            n += len(c.prompts) * len(timed) * self.m.reps
+            if any(m.side == LLAMA_CPP and m.family == "plain" for m in c.methods):
+                n += 2 * self.m.reps
+        return n
+
+    def _tick(self, what: str) -> None:
+        self._done += 1
+        self.log(f"[{self._done}/{self._total} {time.monotonic() - self._t0:5.0f}s] {what}")
+
+    def _peer_reason(self, method: Method) -> Optional[str]:
+        """Why a peer method cannot run here, or None."""
+        if method.side == SPECDEC:
+            return None
+        if not self.peers_enabled:
+            return "peers disabled (--no-peers)"
+        if method.side == LCP:
+            if self._lcp is None and self._lcp_error is None:
+                try:
+                    self._lcp = peers.LcpWorker(build=self.build_peers)
+                except Exception as e:  # noqa: BLE001 - becomes the rows' note
+                    self._lcp_error = str(e)
+            return self._lcp_error
+        return None
+
+    # --- one case -----------------------------------------------------------------------
+
+    def _decoder(self, model: Model, method: Method, n_gen: int, prompts: Sequence[Prompt],
+                 exact: bool = False) -> api.Decoder:
+        n_ctx = max(len(model.tokenize(p.text)) for p in prompts) + n_gen + 64
+        n_ctx = max(512, -(-n_ctx // 256) * 256)
+        drafter = None if method.family == "plain" else method.drafter
+        return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
+                           exact=exact, n_ctx=n_ctx, n_threads=self.threads)
+
+    def _run_case(self, case: Case) -> List[Row]:
+        target = self.models.target(case)
+        draft = self.models.draft(case)
+        mtp = any(m.family == "mtp" for m in case.methods)
+        model = Model(target, load_mtp=mtp)
+        rows: List[Row] = []
+        decs: Dict[Method, api.Decoder] = {}
+        errors: Dict[Method, str] = {}
+        for m in case.methods:
+            reason = self._peer_reason(m)
+            if reason is not None:
+                errors[m] = reason
+            elif m.side == SPECDEC:
+                try:
+                    decs[m] = self._decoder(model, m, case.n_gen, case.prompts)
+                except Exception as e:  # noqa: BLE001
+                    errors[m] = f"{type(e).__name__}: {e}"
+            elif m.side == LCP:
+                assert self._lcp is not None
+                try:
+                    kw: Dict[str, Any] = {"threads": self.threads, "n_max": m.n_max}
+                    if m.drafter == "draft":
+                        if draft is None:
+                            raise ValueError("this case has no draft model")
+                        kw["draft_model"] = draft
+                    self._lcp.load(f"{case.name}/{m.label}", target, m.drafter, **kw)
+                except Exception as e:  # noqa: BLE001
+                    errors[m] = str(e)
+        plain = next(m for m in case.methods if m.side == SPECDEC and m.family == "plain")
+        rows += self._plain_vs_llama_bench(case, model, decs[plain], target, errors)
+        for p in case.prompts:
+            rows += self._run_prompt(case, p, model, decs, errors, target, draft)
+        self._exact_check(case, target, mtp, rows)
+        return rows
+
+    def _plain_vs_llama_bench(self, case: Case, model: Model, dec: api.Decoder, target: str,
+                              errors: Dict[Method, str]) -> List[Row]:
+        lb = next((m for m in case.methods if m.side == LLAMA_CPP and m.family == "plain"), None)
+        if lb is None:
+            return []
+        ours = Row(case.name, BOS_PROMPT, "plain", "specdec plain", SPECDEC, "plain")
+        theirs = Row(case.name, BOS_PROMPT, "plain", lb.label, LLAMA_CPP, "plain", lb.drafter)
+        bos = [model.bos if model.bos >= 0 else 0]     # llama-bench starts from BOS, or any token
+        _specdec_sample(dec, bos, case.n_gen + 1, 0.0)            # warm-up, as llama-bench does
+        for _ in range(self.m.reps):
+            if lb not in errors:
+                try:
+                    theirs.tok_s_runs.append(peers.llama_bench(target, case.n_gen, threads=self.threads,
+                                                               reps=self.m.bench_reps))
+                except Exception as e:  # noqa: BLE001
+                    errors[lb] = str(e)
+            self._tick(f"{case.name} {BOS_PROMPT} llama-bench")
+            # the first token comes from the prompt pass: n_gen + 1 makes n_gen decodes
+            ours.tok_s_runs.append(_specdec_sample(dec, bos, case.n_gen + 1, self.sleep_s).tok_s)
+            self._tick(f"{case.name} {BOS_PROMPT} specdec plain")
+        ours.tok_s = statistics.median(ours.tok_s_runs)
+        if lb in errors:
+            theirs.status, theirs.note = "unavailable", errors[lb]
+        else:
+            theirs.tok_s = statistics.median(theirs.tok_s_runs)
+        ours.note = f"{case.n_gen} tokens from BOS"
+        return [ours, theirs]
+
+    def _run_prompt(self, case: Case, p: Prompt, model: Model, decs: Dict[Method, api.Decoder],
+                    errors: Dict[Method, str], target: str, draft: Optional[str]) -> List[Row]:
+        timed = [m for m in case.methods if not (m.side == LLAMA_CPP and m.family == "plain")]
+        errs = dict(errors)
+        echo = b"".join(model.token_to_piece(t, special=True)
+                        for t in model.tokenize(p.text, add_special=True, parse_special=True)
+                        ).decode("utf-8", "replace")
+        plain_m = next(m for m in timed if m.side == SPECDEC and m.family == "plain")
+        _specdec_sample(decs[plain_m], p.text, case.n_gen, 0.0)   # warm-up (page faults, caches)
+        samples: Dict[Method, List[Sample]] = {m: [] for m in timed}
+        for _ in range(self.m.reps):
+            for m in timed:
+                if m in errs:
+                    self._tick(f"{case.name} {p.name} {m.label}: skipped ({errs[m][:60]})")
+                    continue
+                try:
+                    samples[m].append(self._sample(case, p, m, decs, target, draft, echo))
+                    s = samples[m][-1]
+                    self._tick(f"{case.name} {p.name} {m.label}: {s.tok_s:.1f} tok/s")
+                except Exception as e:  # noqa: BLE001 - a peer that fails gets a row saying why
+                    errs[m] = f"{type(e).__name__}: {str(e)[:300]}"
+                    self._tick(f"{case.name} {p.name} {m.label}: error {errs[m][:80]}")
+        ref = samples[plain_m][0] if samples[plain_m] else None
+        rows = []
+        for m in timed:
+            r = Row(case.name, p.name, p.category, m.label, m.side, m.family, m.drafter, m.n_max,
+                    m.adaptive)
+            got = samples[m]
+            if m in errs and not got:
+                r.status = "unavailable" if m in errors else "error"
+                r.note = errs[m]
+            elif got:
+                if m in errs:
+                    r.status, r.note = "error", errs[m]
+                r.tok_s_runs = [s.tok_s for s in got]
+                r.tok_s = statistics.median(r.tok_s_runs)
+                last = got[-1]
+                r.drafted, r.accepted = last.drafted, last.accepted
+                r.drafted_per_position, r.accepted_per_position = last.drafted_at, last.accepted_at
+                if ref is not None and m is not plain_m:
+                    if last.tokens is not None:
+                        r.match = _share(last.tokens, ref.tokens or [])
+                    else:
+                        r.match = _share(last.text, ref.text)
+                elif m is plain_m:
+                    r.match = 1.0
+            rows.append(r)
+        return rows
+
+    def _sample(self, case: Case, p: Prompt, m: Method, decs: Dict[Method, api.Decoder],
+                target: str, draft: Optional[str], echo: str) -> Sample:
+        if m.side == SPECDEC:
+            return _specdec_sample(decs[m], p.text, case.n_gen, self.sleep_s)
+        if m.side == LCP:
+            assert self._lcp is not None
+            out = self._lcp.run(f"{case.name}/{m.label}", p.text, case.n_gen)
+            return Sample(out["tok_s"], out["tokens"], out["text"], out.get("drafted", 0),
+                          out.get("accepted", 0))
+        out = peers.llama_spec(target, p.text, echo, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
+                               extra=m.extra, draft=draft if m.family == "draft" else None,
+                               threads=self.threads)
+        return Sample(out["tok_s"], None, out["text"], out["drafted"], out["accepted"])
+
+    def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:
+        """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens."""
+        n = self.m.check_tokens
+        try:
+            model = Model(target, load_mtp=mtp, use_extra_bufts=False)
+        except Exception as e:  # noqa: BLE001
+            for r in rows:
+                if r.side == SPECDEC and r.family != "plain" and r.status == "ok":
+                    r.check = f"error: {e}"
+            return
+        methods = {}
+        for r in rows:
+            if r.side == SPECDEC and r.prompt != BOS_PROMPT:
+                methods[r.method] = Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive)
+        plain_dec = self._decoder(model, Method(SPECDEC, "plain"), n, case.prompts, exact=True)
+        ref = {p.name: plain_dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
+        for label, m in methods.items():
+            if m.family == "plain":
+                continue
+            try:
+                dec = self._decoder(model, m, n, case.prompts, exact=True)
+                got = {p.name: dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
+                err = None
+            except Exception as e:  # noqa: BLE001
+                got, err = {}, f"error: {type(e).__name__}: {e}"
+            for r in rows:
+                if r.method == label and r.prompt in ref:
+                    r.check = err or ("PASS" if got[r.prompt] == ref[r.prompt] else "FAIL")
+            self.log(f"exact check {case.name} {label}: "
+                     f"{err or ('PASS' if all(got[k] == ref[k] for k in ref) else 'FAIL')}")
+        for r in rows:
+            if r.side == SPECDEC and r.family == "plain" and r.prompt != BOS_PROMPT:
+                r.check = "ref"
+
+    # --- all ----------------------------------------------------------------------------
+
+    def run(self) -> Dict[str, Any]:
+        """Run every case; returns the results dict that ``report`` renders and saves."""
+        self._t0 = time.monotonic()
+        self._total = self._count()
+        info = machine.describe(self.threads)
+        rows: List[Row] = []
+        try:
+            for case in self.m.cases:
+                self.log(f"== {case.name}: {len(case.prompts)} prompt(s) x {len(case.methods)} "
+                         f"method(s), {case.n_gen} tokens, {self.m.reps} rounds")
+                rows += self._run_case(case)
+        finally:
+            if self._lcp is not None:
+                self._lcp.close()
+        return {
+            "schema": 1,
+            "matrix": self.m.name,
+            "machine": info,
+            "peers": {"llama.cpp": info.get("llama_cpp_pin"),
+                      "llama-cpp-python": self._lcp.version if self._lcp else self._lcp_error},
+            "settings": {"reps": self.m.reps, "check_tokens": self.m.check_tokens,
+                         "threads": self.threads, "inject_sleep_ms": self.sleep_s * 1000,
+                         "cases": {c.name: {"n_gen": c.n_gen, "model": c.model,
+                                            "accuracy": c.accuracy, "arch": c.arch}
+                                   for c in self.m.cases}},
+            "wall_s": round(time.monotonic() - self._t0, 1),
+            "rows": [r.to_dict() for r in rows],
+        }
+
+
+def run(matrix: Matrix, **kw: Any) -> Dict[str, Any]:
+    return Runner(matrix, **kw).run()
+
+
+def rows_of(results: Dict[str, Any]) -> List[Row]:
+    """Rows back from a results dict (e.g. a loaded JSON file)."""
+    names = {f.name for f in Row.__dataclass_fields__.values()}  # type: ignore[attr-defined]
+    return [Row(**{k: v for k, v in d.items() if k in names}) for d in results["rows"]]
+
+
+__all__ = ["Row", "Runner", "run", "rows_of", "INJECT_ENV", "BOS_PROMPT"]

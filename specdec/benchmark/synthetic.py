@@ -1,0 +1,103 @@
+"""The synthetic MTP benchmark models: bigram qwen35 (and its MoE variant) whose MTP
+head is right a chosen share of the time.
+
+``specdec.testing.write_bigram_mtp_model`` scales one fixed, seeded Gaussian draw on
+the head's ``eh_proj`` by ``noise``; ``calibrate`` finds, in numpy, the noise that
+gives each target first-draft accuracy, and ``models`` writes each model once into
+the cache (``<cache>/bench-mtp/<size>``).
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Dict, Sequence
+
+import numpy as np
+
+from ..models import cache_dir
+from ..testing import write_bigram_mtp_model
+
+
+def bench_dir(size: str) -> Path:
+    d = cache_dir() / "bench-mtp" / size
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def write_once(path: Path, **kw) -> Path:
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        write_bigram_mtp_model(tmp, **kw)
+        os.replace(tmp, path)
+    return path
+
+
+def _prefix(arch: str) -> str:
+    return "" if arch == "qwen35" else f"{arch}-"   # qwen35 keeps bench/mtp.py's file names
+
+
+def calibrate(size: str, targets: Sequence[float], n_samples: int = 512, arch: str = "qwen35",
+              log: Callable[[str], None] = print) -> Dict[float, float]:
+    """Noise level giving each target first-draft accuracy, found by bisection in numpy.
+
+    A model written with noise 1 holds the draw G (``eh_proj - [I | 0]``) and every
+    other level's head is ``[I | 0] + noise * G``, so no model is written per trial.
+    Results are cached next to the models.
+    """
+    from ..testing.bigram import _rmsnorm, _successor, _Tensors
+
+    memo_path = bench_dir(size) / f"{_prefix(arch)}calibration.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    want = [t for t in targets if f"{t}:{n_samples}" not in memo]
+    if want:
+        path = write_once(bench_dir(size) / f"{_prefix(arch)}noise-unit.gguf", size=size,
+                          noise=1.0, arch=arch)
+        ts = _Tensors(path)
+        p = f"blk.{ts.n_layer}.nextn."
+        embd, out = ts["token_embd.weight"], ts["output.weight"]
+        n = embd.shape[1]
+        base = np.zeros((n, 2 * n), dtype=np.float32)
+        base[:, :n] = np.eye(n, dtype=np.float32)
+        g = ts[p + "eh_proj.weight"] - base
+        x0 = np.random.default_rng(0).integers(0, embd.shape[0], size=n_samples)
+        x1 = _successor(ts, x0)
+        x2 = _successor(ts, x1)
+        h = _rmsnorm(_rmsnorm(embd[x0], ts["output_norm.weight"]), ts[p + "hnorm.weight"])
+        e = _rmsnorm(embd[x1], ts[p + "enorm.weight"])
+        inp = np.concatenate([e, h], axis=1)
+        head_norm = ts.get(p + "shared_head_norm.weight", "output_norm.weight")
+
+        def accuracy(noise: float) -> float:
+            cur = _rmsnorm(inp @ (base + np.float32(noise) * g).T, head_norm)
+            return float(np.mean(np.argmax(cur @ out.T, axis=-1) == x2))
+
+        for target in want:
+            lo, hi = 0.0, 1.0
+            for _ in range(20):
+                mid = (lo + hi) / 2
+                if accuracy(mid) > target:
+                    lo = mid
+                else:
+                    hi = mid
+            memo[f"{target}:{n_samples}"] = round((lo + hi) / 2, 5)
+            log(f"accuracy {target:.0%}: noise {memo[f'{target}:{n_samples}']}")
+        tmp = memo_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(memo, indent=1))
+        os.replace(tmp, memo_path)
+    return {t: memo[f"{t}:{n_samples}"] for t in targets}
+
+
+def models(size: str, noises: Dict[float, float], arch: str = "qwen35") -> Dict[float, Path]:
+    """Write (once) one model per accuracy; returns ``{accuracy: path}``."""
+    return {acc: write_once(bench_dir(size) / f"{_prefix(arch)}noise-{noise}.gguf", size=size,
+                            noise=noise, arch=arch)
+            for acc, noise in noises.items()}
+
+
+def model_for(size: str, accuracy: float, arch: str = "qwen35",
+              log: Callable[[str], None] = print) -> Path:
+    return models(size, calibrate(size, (accuracy,), arch=arch, log=log), arch=arch)[accuracy]
