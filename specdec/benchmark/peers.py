@@ -34,17 +34,18 @@ def llama_bench(model: str | os.PathLike[str], n_gen: int, *, threads: int = 2,
 
 def llama_spec(model: str | os.PathLike[str], prompt: str, echo: str, n_gen: int, *,
                spec_type: str, n_max: int, extra: Sequence[str] = (), draft: str | None = None,
-               threads: int = 2, tries: int = 3) -> dict[str, Any]:
+               n_ctx: int = 4096, threads: int = 2, tries: int = 3) -> dict[str, Any]:
     """Greedy ``llama-speculative-simple --spec-type spec_type``.
 
     ``echo`` is the prompt's token pieces as the tool prints them (computed by the
     caller from the tokenizer): the generated text is what follows it, whatever the
     vocabulary prints. llama.cpp's logger thread is never joined, so on a busy
-    machine the timing summary can be lost at exit; such a run is repeated.
+    machine the timing summary can be lost at exit; such a run is repeated. ``n_ctx``
+    replaces the tool's default (the training length: 32k cells to allocate per run).
     """
     cmd = [str(llama_tools._tool("llama-speculative-simple")), "-m", str(model),
-           "-n", str(n_gen - 1), "-t", str(threads), "--temp", "0", "--log-colors", "off",
-           "--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]
+           "-n", str(n_gen - 1), "-c", str(n_ctx), "-t", str(threads), "--temp", "0",
+           "--log-colors", "off", "--spec-type", spec_type, "--spec-draft-n-max", str(n_max)]
     if spec_type in llama_tools._DRAFT_LEN_FLAG:
         cmd += [llama_tools._DRAFT_LEN_FLAG[spec_type], str(n_max)]
     if draft is not None:

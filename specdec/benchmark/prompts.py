@@ -53,6 +53,7 @@ def all_prompts() -> List[Prompt]:
         Prompt("code-controller", "code", (HERE / "code_controller.pyx.txt").read_text()),
         Prompt("code-api", "code", (HERE / "code_api.py.txt").read_text()),
         Prompt("code-fetch", "code", (HERE / "code_fetch.py.txt").read_text()),
+        Prompt("code-api-head", "code", _head(HERE / "code_api.py.txt", 40)),   # short: quick runs
         Prompt("repeat-passage", "repeat",
                f"Here is a passage.\n\n{passage}\nRepeat the passage above verbatim.\n\n"),
         Prompt("repeat-list", "repeat",

@@ -141,6 +141,7 @@ class Runner:
         self._t0 = 0.0
         self._done = 0
         self._total = 0
+        self._case_n_ctx = 4096
 
     # --- bookkeeping --------------------------------------------------------------------
 
@@ -174,10 +175,15 @@ class Runner:
 
     # --- one case -----------------------------------------------------------------------
 
+    @staticmethod
+    def _n_ctx(model: Model, n_gen: int, prompts: Sequence[Prompt]) -> int:
+        """The longest prompt plus the generation, rounded up: the same for every side."""
+        n_ctx = max(len(model.tokenize(p.text)) for p in prompts) + n_gen + 64
+        return max(512, -(-n_ctx // 256) * 256)
+
     def _decoder(self, model: Model, method: Method, n_gen: int, prompts: Sequence[Prompt],
                  exact: bool = False) -> api.Decoder:
-        n_ctx = max(len(model.tokenize(p.text)) for p in prompts) + n_gen + 64
-        n_ctx = max(512, -(-n_ctx // 256) * 256)
+        n_ctx = self._n_ctx(model, n_gen, prompts)
         drafter = None if method.family == "plain" else method.drafter
         return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
                            exact=exact, n_ctx=n_ctx, n_threads=self.threads)
@@ -187,6 +193,7 @@ class Runner:
         draft = self.models.draft(case)
         mtp = any(m.family == "mtp" for m in case.methods)
         model = Model(target, load_mtp=mtp)
+        self._case_n_ctx = self._n_ctx(model, case.n_gen, case.prompts)
         rows: List[Row] = []
         decs: Dict[Method, api.Decoder] = {}
         errors: Dict[Method, str] = {}
@@ -202,7 +209,8 @@ class Runner:
             elif m.side == LCP:
                 assert self._lcp is not None
                 try:
-                    kw: Dict[str, Any] = {"threads": self.threads, "n_max": m.n_max}
+                    kw: Dict[str, Any] = {"threads": self.threads, "n_max": m.n_max,
+                                          "n_ctx": self._case_n_ctx}
                     if m.drafter == "draft":
                         if draft is None:
                             raise ValueError("this case has no draft model")
@@ -253,7 +261,9 @@ class Runner:
                         for t in model.tokenize(p.text, add_special=True, parse_special=True)
                         ).decode("utf-8", "replace")
         plain_m = next(m for m in timed if m.side == SPECDEC and m.family == "plain")
-        _specdec_sample(decs[plain_m], p.text, case.n_gen, 0.0)   # warm-up (page faults, caches)
+        if p is case.prompts[0] and not any(m.side == LLAMA_CPP and m.family == "plain"
+                                            for m in case.methods):
+            _specdec_sample(decs[plain_m], p.text, case.n_gen, 0.0)   # warm-up (page faults)
         samples: Dict[Method, List[Sample]] = {m: [] for m in timed}
         for _ in range(self.m.reps):
             for m in timed:
@@ -305,7 +315,7 @@ class Runner:
                           out.get("accepted", 0))
         out = peers.llama_spec(target, p.text, echo, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
                                extra=m.extra, draft=draft if m.family == "draft" else None,
-                               threads=self.threads)
+                               n_ctx=self._case_n_ctx, threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["drafted"], out["accepted"])
 
     def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:

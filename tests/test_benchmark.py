@@ -1,0 +1,140 @@
+"""specdec.benchmark: report, plots and the regression gate, on the tiny bigram model.
+
+The gate tests run the benchmark twice against a baseline made in the same test:
+once as is (it must pass) and once with ``SPECDEC_BENCH_INJECT_SLEEP_MS`` making
+the specdec side sleep each round, a deliberately slowed build (it must fail).
+They need llama.cpp's reference tools (built on first use), hence ``slow``.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.benchmark import compare, matrix, report
+from specdec.benchmark.runner import INJECT_ENV, Runner, rows_of
+
+
+@pytest.fixture(scope="module")
+def bench_cache(tmp_path_factory):
+    """The benchmark writes its synthetic models into the cache dir: keep them per module."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("bench-cache")))
+    mp.delenv(INJECT_ENV, raising=False)
+    yield
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def tiny_results(bench_cache):
+    m = matrix.tiny(n_gen=48, reps=2, peers=False)
+    return report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+
+
+def _results(ratios: dict) -> dict:
+    return {"ratios": {k: {"value": v, "tracked": True} for k, v in ratios.items()}}
+
+
+def test_compare_flags_only_drops_beyond_the_margin():
+    base = _results({"a": 1.0, "b": 2.0, "c": 1.5})
+    cur = _results({"a": 0.91, "b": 1.6, "d": 9.0})          # a -9%, b -20%, c missing
+    checks = {c.name: c for c in compare.compare(cur, base, margin=0.1)}
+    assert checks["a"].status == "ok"
+    assert checks["b"].status == "FAIL"
+    assert checks["c"].status == "missing"
+    assert "d" not in checks                                  # only the baseline's ratios are gated
+    assert [c.name for c in compare.failed(list(checks.values()))] == ["b"]
+    assert "gate: FAIL" in compare.summary(list(checks.values()))
+    assert "| b | 2.000 | 1.600 | -20.0% | 1.800 | **FAIL** |" in compare.table(list(checks.values()))
+    with pytest.raises(ValueError):
+        compare.compare(cur, base, margin=1.5)
+
+
+def test_untracked_ratios_are_not_gated():
+    base = {"ratios": {"x": {"value": 2.0, "tracked": False}}}
+    assert compare.compare(_results({"x": 0.1}), base) == []
+
+
+def test_tiny_run_rows_and_exact_check(tiny_results):
+    rows = rows_of(tiny_results)
+    by = {(r.method, r.prompt): r for r in rows}
+    plain, mtp = by[("specdec plain", "bigram")], by[("specdec mtp n2", "bigram")]
+    assert plain.tok_s > 0 and len(plain.tok_s_runs) == 2
+    assert mtp.tok_s > 0 and mtp.drafted > 0 and mtp.acceptance > 0.5
+    assert mtp.match == 1.0 and mtp.check == "PASS"
+    assert sum(mtp.drafted_per_position) == mtp.drafted
+    assert tiny_results["failures"] == []
+    assert tiny_results["machine"]["threads"] == 2 and tiny_results["machine"]["cpu"]
+    key = "mtp-tiny-90: specdec mtp best fixed / specdec plain"
+    assert tiny_results["ratios"][key]["tracked"]
+    assert tiny_results["ratios"][key]["value"] == pytest.approx(mtp.tok_s / plain.tok_s, rel=1e-3)
+
+
+def test_report_json_markdown_and_baseline(tiny_results, tmp_path):
+    path = report.save_json(tiny_results, tmp_path / "r" / "results.json")
+    again = report.finalize(report.load_json(path))
+    assert again["ratios"] == json.loads(json.dumps(tiny_results["ratios"]))
+    md = report.markdown(again)
+    assert "## mtp-tiny-90" in md and "| specdec mtp n2 |" in md and "PASS" in md
+    assert "specdec mtp best fixed / specdec plain" in md
+    base = report.baseline_of(again)
+    assert base["ratios"] and all(v["tracked"] for v in base["ratios"].values())
+    checks = compare.compare(again, base)
+    assert checks and not compare.failed(checks)
+
+
+def test_markdown_marks_a_wrong_method(tiny_results):
+    broken = json.loads(json.dumps(tiny_results))
+    for r in broken["rows"]:
+        if r["method"] == "specdec mtp n2":
+            r["check"] = "FAIL"
+    broken = report.finalize(broken)
+    assert broken["failures"] == ["mtp-tiny-90 / bigram / specdec mtp n2: FAIL"]
+    assert "**FAIL**" in report.markdown(broken)
+
+
+def test_plots_are_written(tiny_results, tmp_path):
+    from specdec.benchmark import plots
+
+    paths = plots.write_all(tiny_results, tmp_path / "plots")
+    assert [p.name for p in paths] == ["tok_s_by_category.png", "speedup.png",
+                                      "acceptance_by_position.png", "mtp_speedup_vs_acceptance.png"]
+    for p in paths:
+        data = p.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, p
+
+
+def test_unavailable_peer_gets_a_row_saying_why(bench_cache):
+    m = matrix.tiny(n_gen=16, reps=1, peers=True)
+    res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+    gone = [r for r in rows_of(res) if r.side == "llama.cpp"]
+    assert gone and all(r.status == "unavailable" and "--no-peers" in r.note for r in gone)
+    assert "## Methods that did not run" in report.markdown(res)
+
+
+@pytest.mark.slow
+def test_gate_passes_as_is_and_fails_on_a_slowed_build(bench_cache, tmp_path, monkeypatch):
+    from specdec.cli import main
+
+    base_path = tmp_path / "baseline.json"
+    rc = main(["bench", "--matrix", "tiny", "--reps", "3", "--no-plots", "--quiet",
+               "--out", str(tmp_path / "base"), "--save-baseline", str(base_path)])
+    assert rc == 0
+    base = report.load_json(base_path)
+    assert "mtp-tiny-90: specdec plain / llama-bench" in base["ratios"]
+    assert "mtp-tiny-90: specdec mtp best fixed / llama.cpp draft-mtp best" in base["ratios"]
+
+    # the same build again: within the margin (tiny-model timings are noisy, hence 35%)
+    rc = main(["bench", "--matrix", "tiny", "--reps", "3", "--no-plots", "--quiet",
+               "--out", str(tmp_path / "same"), "--compare", str(base_path), "--margin", "0.35"])
+    assert rc == 0
+
+    # a slowed build: 2 ms per round is several times a tiny-model round
+    monkeypatch.setenv(INJECT_ENV, "2")
+    rc = main(["bench", "--matrix", "tiny", "--reps", "3", "--no-plots", "--quiet",
+               "--out", str(tmp_path / "slow"), "--compare", str(base_path), "--margin", "0.35"])
+    assert rc == 1
+    slow = report.load_json(tmp_path / "slow" / "results.json")
+    assert slow["settings"]["inject_sleep_ms"] == 2
+    failed = {c.name for c in compare.failed(compare.compare(slow, base, 0.35))}
+    assert "mtp-tiny-90: specdec plain / llama-bench" in failed
