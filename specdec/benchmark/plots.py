@@ -39,22 +39,34 @@ def _cases(rows: List[Row]) -> Dict[str, List[Row]]:
 
 
 def tok_s_by_category(rows: List[Row], path: Path) -> Path:
+    """One panel per case with several prompt categories (bars per category); cases with
+    a single prompt (the MTP models) share one panel, with bars per case."""
     plt = _plt()
-    cases = _cases(rows)
-    fig, axes = plt.subplots(len(cases), 1, figsize=(11, 3.2 + 0.28 * max(
-        len({r.method for r in rs}) for rs in cases.values()) * len(cases)), squeeze=False)
-    for ax, (case, rs) in zip(axes[:, 0], cases.items()):
-        cats = list(dict.fromkeys(r.category for r in rs if r.prompt != BOS_PROMPT))
-        methods = list(dict.fromkeys(r.method for r in rs if r.prompt != BOS_PROMPT))
-        h = 0.8 / max(len(cats), 1)
-        for j, cat in enumerate(cats):
-            vals = [_gmean([r.tok_s for r in rs if r.method == m and r.category == cat and r.status == "ok"])
+    rows = [r for r in rows if r.prompt != BOS_PROMPT]
+    panels = []
+    single: List[Row] = []
+    for case, rs in _cases(rows).items():
+        if len({r.prompt for r in rs}) > 1:
+            panels.append((case, rs, lambda r: r.category))
+        else:
+            single += rs
+    if single:
+        panels.append(("single-prompt cases", single, lambda r: r.case))
+    n_bars = max((len({r.method for r in rs}) for _, rs, _ in panels), default=1)
+    fig, axes = plt.subplots(len(panels) or 1, 1, squeeze=False,
+                             figsize=(11, (1.2 + 0.32 * n_bars) * max(len(panels), 1) + 0.8))
+    for ax, (title, rs, group) in zip(axes[:, 0], panels):
+        groups = list(dict.fromkeys(group(r) for r in rs))
+        methods = list(dict.fromkeys(r.method for r in rs))
+        h = 0.8 / max(len(groups), 1)
+        for j, g in enumerate(groups):
+            vals = [_gmean([r.tok_s for r in rs if r.method == m and group(r) == g and r.status == "ok"])
                     for m in methods]
-            ax.barh([i + j * h for i in range(len(methods))], vals, height=h, label=cat)
-        ax.set_yticks([i + h * (len(cats) - 1) / 2 for i in range(len(methods))], methods, fontsize=7)
+            ax.barh([i + j * h for i in range(len(methods))], vals, height=h, label=g)
+        ax.set_yticks([i + h * (len(groups) - 1) / 2 for i in range(len(methods))], methods, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel("tokens/s (geometric mean over the category's prompts)")
-        ax.set_title(case, fontsize=9)
+        ax.set_xlabel("tokens/s (geometric mean over the group's prompts)")
+        ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
