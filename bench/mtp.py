@@ -26,12 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
-
 import specdec
-from specdec.models import cache_dir
-from specdec.testing import write_bigram_mtp_model
-from specdec.testing.bigram import _rmsnorm, _successor, _Tensors
+from specdec.benchmark import synthetic
 
 from . import llama_tools
 from .llama_tools import ensure_tools, run_bench
@@ -54,65 +50,19 @@ class Row:
     note: str = ""
 
 
-def _bench_dir(size: str) -> Path:
-    d = cache_dir() / "bench-mtp" / size
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _write_once(path: Path, **kw) -> Path:
-    if not path.exists():
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        write_bigram_mtp_model(tmp, **kw)
-        os.replace(tmp, path)
-    return path
+# the models are shared with ``specdec bench`` (same cache files, same calibration)
+_bench_dir = synthetic.bench_dir
+_write_once = synthetic.write_once
 
 
 def calibrate(size: str, targets: Sequence[float] = ACCURACIES, n_samples: int = 512,
               log: Callable[[str], None] = print) -> Dict[float, float]:
-    """Noise level giving each target first-draft accuracy, found by bisection in numpy.
-
-    The writer scales one fixed, seeded Gaussian draw G by ``noise``, so a model
-    written with noise 1 holds G (``eh_proj - [I | 0]``) and every other level's
-    head is ``[I | 0] + noise * G``: no model has to be written per trial.
-    """
-    path = _write_once(_bench_dir(size) / "noise-unit.gguf", size=size, noise=1.0)
-    ts = _Tensors(path)
-    p = f"blk.{ts.n_layer}.nextn."
-    embd, out = ts["token_embd.weight"], ts["output.weight"]
-    n = embd.shape[1]
-    base = np.zeros((n, 2 * n), dtype=np.float32)
-    base[:, :n] = np.eye(n, dtype=np.float32)
-    g = ts[p + "eh_proj.weight"] - base
-    x0 = np.random.default_rng(0).integers(0, embd.shape[0], size=n_samples)
-    x1 = _successor(ts, x0)
-    x2 = _successor(ts, x1)
-    h = _rmsnorm(_rmsnorm(embd[x0], ts["output_norm.weight"]), ts[p + "hnorm.weight"])
-    e = _rmsnorm(embd[x1], ts[p + "enorm.weight"])
-    inp = np.concatenate([e, h], axis=1)
-    head_norm = ts.get(p + "shared_head_norm.weight", "output_norm.weight")
-
-    def accuracy(noise: float) -> float:
-        cur = _rmsnorm(inp @ (base + np.float32(noise) * g).T, head_norm)
-        return float(np.mean(np.argmax(cur @ out.T, axis=-1) == x2))
-
-    res = {}
-    for target in targets:
-        lo, hi = 0.0, 1.0
-        for _ in range(20):
-            mid = (lo + hi) / 2
-            if accuracy(mid) > target:
-                lo = mid
-            else:
-                hi = mid
-        res[target] = round((lo + hi) / 2, 5)
-        log(f"accuracy {target:.0%}: noise {res[target]} (numpy {accuracy(res[target]):.3f})")
-    return res
+    """Noise level giving each target first-draft accuracy (``specdec.benchmark.synthetic``)."""
+    return synthetic.calibrate(size, targets, n_samples, log=log)
 
 
 def models(size: str, noises: Dict[float, float]) -> Dict[float, Path]:
-    return {acc: _write_once(_bench_dir(size) / f"noise-{noise}.gguf", size=size, noise=noise)
-            for acc, noise in noises.items()}
+    return synthetic.models(size, noises)
 
 
 def run_draft_mtp(path, prompt: str, echo: str, n_gen: int, n_max: int, threads: int = 2,

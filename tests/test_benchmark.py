@@ -138,3 +138,35 @@ def test_gate_passes_as_is_and_fails_on_a_slowed_build(bench_cache, tmp_path, mo
     assert slow["settings"]["inject_sleep_ms"] == 2
     failed = {c.name for c in compare.failed(compare.compare(slow, base, 0.35))}
     assert "mtp-tiny-90: specdec plain / llama-bench" in failed
+
+
+def test_matrices_cover_the_issue():
+    """quick has every ratio of the note; full has every model, prompt category and drafter,
+    each drafter with fixed n_max values and adaptive."""
+    q, f = matrix.quick(), matrix.full()
+    for m in (q, f):
+        gemma = next(c for c in m.cases if c.name == "gemma3-270m")
+        assert {p.category for p in gemma.prompts} == {"code", "repeat", "records", "open"}
+        sides = {(x.side, x.family) for x in gemma.methods}
+        assert {("llama.cpp", "plain"), ("llama-cpp-python", "plain"),
+                ("llama-cpp-python", "ngram")} <= sides
+        assert {c.accuracy for c in m.cases if c.name.startswith("mtp-mid")} == {0.9, 0.7, 0.5}
+    full_names = {c.name for c in f.cases}
+    assert "gemma3-270m+layerskip6" in full_names and "mtp-moe-mid-90" in full_names
+    by_cat = {}
+    for p in next(c for c in f.cases if c.name == "gemma3-270m").prompts:
+        by_cat.setdefault(p.category, []).append(p.name)
+    assert all(len(v) >= 2 for v in by_cat.values()), by_cat
+    for case in f.cases:
+        ours = [x for x in case.methods if x.side == "specdec" and x.family != "plain"]
+        for fam in {x.family for x in ours}:
+            assert any(x.adaptive for x in ours if x.family == fam), (case.name, fam)
+            assert any(not x.adaptive for x in ours if x.family == fam), (case.name, fam)
+    llama_modes = {x.drafter for c in f.cases for x in c.methods if x.side == "llama.cpp"}
+    assert {"llama-bench", "ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache",
+            "draft-simple", "draft-mtp"} <= llama_modes
+    small = matrix.override(matrix.select(f, ["mtp-mid"]), reps=1, n_gen=16)
+    assert [c.name for c in small.cases] == ["mtp-mid-90", "mtp-mid-70", "mtp-mid-50"]
+    assert small.reps == 1 and {c.n_gen for c in small.cases} == {16}
+    with pytest.raises(ValueError):
+        matrix.select(f, ["no-such-case"])

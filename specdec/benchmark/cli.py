@@ -25,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--case", action="append", help="only cases whose name starts with this "
                    "(repeatable), e.g. gemma3-270m, mtp-mid-90")
     p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the matrix's)")
+    p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
     p.add_argument("--out", "-o", help="output directory (default ./specdec-bench/<matrix>-<time>)")
     p.add_argument("--compare", metavar="BASELINE.json", help="fail (exit 1) when a tracked ratio "
                    "drops more than --margin below this baseline")
@@ -53,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
         from .runner import Runner
 
         m = mx.select(mx.tiny() if name == "tiny" else mx.get(name), args.case)
-        if args.reps:
-            m = mx.Matrix(m.name, m.cases, args.reps, m.check_tokens, m.bench_reps)
+        if args.reps or args.n_gen:
+            m = mx.override(m, reps=args.reps, n_gen=args.n_gen)
         out = Path(args.out) if args.out else Path("specdec-bench") / (
             f"{m.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
         results = report.finalize(Runner(m, peers_enabled=not args.no_peers,

@@ -7,7 +7,7 @@ is the best one found by ``full``, which sweeps them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Optional, Tuple
 
 from .prompts import Prompt, all_prompts
@@ -107,7 +107,9 @@ def quick() -> Matrix:
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
                   LCP_PLAIN, Method(LCP, "ngram", "pld", 2)),
                  n_gen=128)
-    mtp = tuple(_mtp_case(a, (2,), "mid", 128) for a in (0.9, 0.7, 0.5))
+    # the best fixed n_max of each side in the full sweep (2026-11-22, 2 cores): 3 at 90%,
+    # 1 (specdec) and 2 (llama.cpp) at 70%, 1 at 50%
+    mtp = tuple(_mtp_case(a, n, "mid", 128) for a, n in ((0.9, (3,)), (0.7, (1, 2)), (0.5, (1,))))
     return Matrix("quick", (gemma,) + mtp, reps=2, check_tokens=48, bench_reps=1)
 
 
@@ -146,6 +148,12 @@ def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True) -> Matrix:
     return Matrix("tiny", (case,), reps=reps, check_tokens=16, bench_reps=1)
 
 
+def override(m: Matrix, *, reps: Optional[int] = None, n_gen: Optional[int] = None) -> Matrix:
+    """``m`` with another number of rounds and/or tokens per generation."""
+    cases = m.cases if not n_gen else tuple(replace(c, n_gen=n_gen) for c in m.cases)
+    return replace(m, cases=cases, reps=reps or m.reps)
+
+
 MATRICES = {"quick": quick, "full": full}
 
 
@@ -162,8 +170,8 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
     cases = tuple(c for c in m.cases if any(c.name.startswith(n) for n in case_names))
     if not cases:
         raise ValueError(f"no case of {m.name!r} matches {case_names}")
-    return Matrix(m.name, cases, m.reps, m.check_tokens, m.bench_reps)
+    return replace(m, cases=cases)
 
 
-__all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select",
+__all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select", "override",
            "SPECDEC", "LLAMA_CPP", "LCP"]
