@@ -170,3 +170,29 @@ def test_matrices_cover_the_issue():
     assert small.reps == 1 and {c.n_gen for c in small.cases} == {16}
     with pytest.raises(ValueError):
         matrix.select(f, ["no-such-case"])
+
+
+def test_cli_reports_saved_results_and_gates_them(tiny_results, tmp_path, capsys):
+    from specdec.cli import main
+
+    res_path = report.save_json(tiny_results, tmp_path / "run" / "results.json")
+    base = report.baseline_of(tiny_results)
+    ok_path = report.save_json(base, tmp_path / "ok.json")
+    assert main(["bench", "--results", str(res_path), "--no-plots", "-q",
+                 "--compare", str(ok_path)]) == 0
+    out = capsys.readouterr().out
+    assert "# specdec bench: tiny" in out and "gate: ok" in out
+    assert (tmp_path / "run" / "report.md").read_text().startswith("# specdec bench: tiny")
+
+    raised = json.loads(json.dumps(base))
+    for v in raised["ratios"].values():
+        v["value"] *= 2                    # as if the baseline build had been twice as fast
+    hi_path = report.save_json(raised, tmp_path / "hi.json")
+    assert main(["bench", "--results", str(res_path), "--no-plots", "-q",
+                 "--compare", str(hi_path)]) == 1
+    assert "gate: FAIL" in capsys.readouterr().out
+
+    other = {"ratios": {"another case: x / y": {"value": 1.0, "tracked": True}}}
+    other_path = report.save_json(other, tmp_path / "other.json")
+    assert main(["bench", "--results", str(res_path), "--no-plots", "-q",
+                 "--compare", str(other_path)]) == 2      # nothing comparable must not pass
