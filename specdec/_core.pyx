@@ -25,6 +25,8 @@ import threading
 
 import numpy as np
 
+from ._gguf_check import GGUFError, check_gguf
+
 # --------------------------------------------------------------------------------------
 # logging: llama.cpp's log goes to the ``specdec.llama`` logger, quiet unless configured
 # --------------------------------------------------------------------------------------
@@ -144,27 +146,11 @@ cdef bytes _text_bytes(text):
 
 
 def _check_gguf_file(path: str) -> None:
-    """Reject what is plainly not a GGUF before llama.cpp opens it."""
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"model file not found: {path}")
-    if os.path.isdir(path):
-        raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(24)
-    if len(head) < 4 or head[:4] != b"GGUF":
-        raise ValueError(f"not a GGUF file (bad magic {head[:4]!r}): {path}")
-    if len(head) < 24:
-        raise ValueError(f"truncated GGUF file ({size} bytes): {path}")
-    version = int.from_bytes(head[4:8], "little")
-    if version not in (2, 3):
-        raise ValueError(f"unsupported GGUF version {version}: {path}")
-    n_tensors = int.from_bytes(head[8:16], "little")
-    n_kv = int.from_bytes(head[16:24], "little")
-    # every tensor info and kv pair takes at least a dozen bytes: a cheap sanity bound
-    if n_tensors > size // 8 or n_kv > size // 8:
-        raise ValueError(f"corrupt GGUF header (n_tensors={n_tensors}, n_kv={n_kv}, "
-                         f"file size {size}): {path}")
+    """Reject a file llama.cpp could abort on (``_gguf_check``), before it opens it."""
+    try:
+        check_gguf(path)
+    except GGUFError as e:
+        raise GGUFError(f"failed to load model {path}: {e}") from None
 
 
 # --------------------------------------------------------------------------------------

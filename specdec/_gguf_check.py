@@ -1,0 +1,579 @@
+"""Checks of a GGUF file before llama.cpp opens it.
+
+llama.cpp parses GGUF files carefully, but the model loader then trusts what it
+read: a zero or absurd hyperparameter, a tensor whose shape does not match, or
+a vocabulary whose arrays disagree ends in ``GGML_ASSERT`` -> ``abort()``, which
+no Python code can catch. ``check_gguf`` walks the header, the metadata and the
+tensor infos of the memory-mapped file in one pass (no tensor data is read; a
+262k-token vocabulary takes tens of milliseconds, where ``gguf.GGUFReader``
+needs seconds) and raises :class:`GGUFError` for what would crash the process.
+
+``parse_gguf`` is the same walk, exposed for tests (mutation fuzzing edits the
+fields it locates).
+"""
+from __future__ import annotations
+
+import array
+import math
+import mmap
+import os
+import struct
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+#: GGUF value types: id -> (name, struct format, size); strings and arrays have no fixed size
+VALUE_TYPES: Dict[int, Tuple[str, str, int]] = {
+    0: ("u8", "<B", 1), 1: ("i8", "<b", 1), 2: ("u16", "<H", 2), 3: ("i16", "<h", 2),
+    4: ("u32", "<I", 4), 5: ("i32", "<i", 4), 6: ("f32", "<f", 4), 7: ("bool", "<?", 1),
+    8: ("str", "", 0), 9: ("arr", "", 0), 10: ("u64", "<Q", 8), 11: ("i64", "<q", 8),
+    12: ("f64", "<d", 8),
+}
+T_STRING, T_ARRAY = 8, 9
+_U64 = struct.Struct("<Q")
+_INT_TYPES = {0, 1, 2, 3, 4, 5, 10, 11}
+
+#: ggml tensor types of the pinned tree (ggml.h, ggml.c type_traits): id -> (block size, block bytes)
+TENSOR_TYPES: Dict[int, Tuple[int, int]] = {
+    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
+    9: (32, 40), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
+    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
+    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
+    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
+    39: (32, 17), 40: (64, 36), 41: (128, 18), 42: (64, 18),
+}
+
+MAX_DIMS = 4           # GGML_MAX_DIMS
+MAX_NAME = 64          # GGML_MAX_NAME, with the terminating NUL
+MAX_LAYERS = 512       # LLAMA_MAX_LAYERS
+MAX_EXPERTS = 512      # LLAMA_MAX_EXPERTS
+DEFAULT_ALIGNMENT = 32
+#: bounds on single dimensions that no real model reaches but that keep products finite
+MAX_EMBD = 1 << 20
+MAX_VOCAB = 1 << 24
+
+
+class GGUFError(ValueError):
+    """The file is not a GGUF model llama.cpp can load without crashing; says what and where."""
+
+
+@dataclass
+class KV:
+    key: str
+    type: int                  # value type; for arrays, T_ARRAY
+    offset: int                # where the key's length field starts
+    type_offset: int           # where the value type field starts
+    value_offset: int          # where the value starts (for arrays: the element type field)
+    end: int
+    arr_type: int = -1
+    count: int = 1             # array length (1 for scalars)
+    data_offset: int = -1      # arrays: where the elements start
+    value: Any = None          # scalars, strings and non-string arrays (as lists); None for string arrays
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dims: Tuple[int, ...]
+    type: int
+    data_offset: int           # relative to the data section
+    offset: int                # where the name's length field starts
+    dims_offset: int           # where n_dims starts
+    type_offset: int
+    offset_offset: int
+    end: int
+
+
+@dataclass
+class GGUFLayout:
+    size: int
+    version: int
+    n_tensors: int
+    n_kv: int
+    kvs: Dict[str, KV] = field(default_factory=dict)
+    kv_list: List[KV] = field(default_factory=list)
+    tensors: List[TensorInfo] = field(default_factory=list)
+    alignment: int = DEFAULT_ALIGNMENT
+    data_start: int = 0
+    tokens: Optional[List[bytes]] = None   # the vocabulary's token strings, raw
+    buf: Any = None                        # the file's bytes (valid while checking)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        kv = self.kvs.get(key)
+        return default if kv is None else kv.value
+
+
+class _Walker:
+    """Reads little-endian fields from a buffer, failing with GGUFError past its end."""
+
+    __slots__ = ("buf", "pos", "size")
+
+    def __init__(self, buf, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.size = len(buf)
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise GGUFError(f"truncated file: {what} at byte {self.pos} needs {n} bytes, "
+                            f"{self.size - self.pos} left")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        v = int.from_bytes(self.buf[self.pos:self.pos + 4], "little")
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        v = int.from_bytes(self.buf[self.pos:self.pos + 8], "little")
+        self.pos += 8
+        return v
+
+    def string(self, what: str, limit: Optional[int] = None) -> str:
+        n = self.u64(f"length of {what}")
+        if limit is not None and n > limit:
+            raise GGUFError(f"{what} is {n} bytes long, at most {limit} allowed")
+        self.need(n, what)
+        raw = bytes(self.buf[self.pos:self.pos + n])
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise GGUFError(f"{what} is not valid UTF-8: {raw[:40]!r}") from None
+
+    def skip_strings(self, count: int, what: str, *, keep: bool = False) -> List[bytes]:
+        """Walk ``count`` strings; returns them (raw bytes) when ``keep``, else []."""
+        buf, pos, size = self.buf, self.pos, self.size
+        unpack = _U64.unpack_from
+        out: List[bytes] = []
+        add = out.append
+        for i in range(count):
+            if pos + 8 > size:
+                raise GGUFError(f"truncated file: string {i} of {what} at byte {pos}")
+            n = unpack(buf, pos)[0]
+            pos += 8
+            if n > size - pos:
+                raise GGUFError(f"truncated file: string {i} of {what} ({n} bytes) runs past "
+                                "the end")
+            if keep:
+                add(buf[pos:pos + n])
+            pos += n
+        self.pos = pos
+        return out
+
+    def scalar(self, t: int, what: str) -> Any:
+        _, fmt, n = VALUE_TYPES[t]
+        self.need(n, what)
+        v = struct.unpack_from(fmt, self.buf, self.pos)[0]
+        self.pos += n
+        return v
+
+
+def _parse(buf, *, strings: bool = False) -> GGUFLayout:
+    size = len(buf)
+    if size < 4 or bytes(buf[:4]) != b"GGUF":
+        raise GGUFError(f"not a GGUF file (bad magic {bytes(buf[:4])!r})")
+    if size < 24:
+        raise GGUFError(f"truncated GGUF header ({size} bytes)")
+    w = _Walker(buf, 4)
+    version = w.u32("version")
+    if version not in (2, 3):
+        raise GGUFError(f"unsupported GGUF version {version} (llama.cpp reads 2 and 3)")
+    n_tensors = w.u64("tensor count")
+    n_kv = w.u64("metadata count")
+    # every tensor info takes at least 8+1+4+8+4+8 bytes, every KV at least 8+1+4+1
+    if n_tensors > size // 33 or n_kv > size // 14:
+        raise GGUFError(f"corrupt GGUF header: n_tensors={n_tensors}, n_kv={n_kv} cannot fit in "
+                        f"{size} bytes")
+    lay = GGUFLayout(size=size, version=version, n_tensors=n_tensors, n_kv=n_kv, buf=buf)
+    for i in range(n_kv):
+        start = w.pos
+        key = w.string(f"key of metadata entry {i}", limit=1 << 16)
+        if not key:
+            raise GGUFError(f"metadata entry {i} has an empty key")
+        if key in lay.kvs:
+            raise GGUFError(f"duplicate metadata key {key!r}")
+        type_off = w.pos
+        t = w.u32(f"type of {key!r}")
+        if t not in VALUE_TYPES:
+            raise GGUFError(f"metadata {key!r} has invalid value type {t}")
+        kv = KV(key=key, type=t, offset=start, type_offset=type_off, value_offset=w.pos, end=0)
+        if t == T_ARRAY:
+            at = w.u32(f"element type of {key!r}")
+            if at not in VALUE_TYPES or at == T_ARRAY:
+                raise GGUFError(f"metadata array {key!r} has invalid element type {at}")
+            n = w.u64(f"length of {key!r}")
+            kv.arr_type, kv.count, kv.data_offset = at, n, w.pos
+            if at == T_STRING:
+                if n > (size - w.pos) // 8:
+                    raise GGUFError(f"metadata array {key!r} claims {n} strings, more than the "
+                                    "file can hold")
+                is_vocab = key == "tokenizer.ggml.tokens"
+                if strings:
+                    kv.value = [w.string(f"{key}[{j}]") for j in range(n)]
+                    if is_vocab:
+                        lay.tokens = [v.encode("utf-8") for v in kv.value]
+                else:
+                    raw = w.skip_strings(n, repr(key), keep=is_vocab)
+                    if is_vocab:
+                        lay.tokens = raw
+            else:
+                _, fmt, esz = VALUE_TYPES[at]
+                if n > (size - w.pos) // esz:
+                    raise GGUFError(f"metadata array {key!r} claims {n} elements of {esz} bytes, "
+                                    "more than the file can hold")
+                if n <= 4096 or strings:
+                    kv.value = list(struct.unpack_from(f"<{n}{fmt[1]}", buf, w.pos))
+                w.pos += n * esz
+        elif t == T_STRING:
+            kv.value = w.string(f"value of {key!r}", limit=1 << 26)
+        else:
+            kv.value = w.scalar(t, f"value of {key!r}")
+        kv.end = w.pos
+        lay.kvs[key] = kv
+        lay.kv_list.append(kv)
+    align = lay.kvs.get("general.alignment")
+    if align is not None:
+        if align.type != 4:
+            raise GGUFError(f"general.alignment must be u32, is {VALUE_TYPES[align.type][0]}")
+        if align.value == 0 or align.value & (align.value - 1):
+            raise GGUFError(f"general.alignment {align.value} is not a power of 2")
+        lay.alignment = align.value
+    names = set()
+    for i in range(n_tensors):
+        start = w.pos
+        name = w.string(f"name of tensor {i}", limit=1 << 16)
+        dims_off = w.pos
+        nd = w.u32(f"n_dims of tensor {name!r}")
+        if not 1 <= nd <= MAX_DIMS:
+            raise GGUFError(f"tensor {name!r} has {nd} dimensions (1..{MAX_DIMS} allowed)")
+        w.need(8 * nd, f"dims of tensor {name!r}")
+        dims = struct.unpack_from(f"<{nd}q", buf, w.pos)
+        w.pos += 8 * nd
+        type_off = w.pos
+        tt = w.u32(f"type of tensor {name!r}")
+        off_off = w.pos
+        doff = w.u64(f"data offset of tensor {name!r}")
+        lay.tensors.append(TensorInfo(name, tuple(dims), tt, doff, start, dims_off, type_off,
+                                      off_off, w.pos))
+        if name in names:
+            raise GGUFError(f"duplicate tensor name {name!r}")
+        names.add(name)
+    lay.data_start = (w.pos + lay.alignment - 1) // lay.alignment * lay.alignment
+    return lay
+
+
+def parse_gguf(data, *, strings: bool = True) -> GGUFLayout:
+    """The header, metadata and tensor infos of GGUF bytes (or a buffer), with field offsets."""
+    return _parse(memoryview(data), strings=strings)
+
+
+# --------------------------------------------------------------------------------------
+# semantic checks: what llama.cpp's loader would trust
+# --------------------------------------------------------------------------------------
+
+def _check_tensors(lay: GGUFLayout) -> None:
+    # a shard of a split model holds only its own tensors' data, in its own data section
+    data_size = lay.size - lay.data_start
+    expected = 0
+    for t in lay.tensors:
+        if not t.name or len(t.name.encode()) >= MAX_NAME:
+            raise GGUFError(f"tensor name {t.name!r} must be 1..{MAX_NAME - 1} bytes")
+        if t.type not in TENSOR_TYPES:
+            raise GGUFError(f"tensor {t.name!r} has unknown type {t.type}")
+        if len(t.dims) > 1 and t.type in (24, 25, 26, 27, 28) and t.name.endswith(".weight"):
+            # integer / f64 matrices: ggml's matmul has no kernel for them
+            raise GGUFError(f"weight {t.name!r} has non-float type {t.type}")
+        if len(t.dims) == 1 and t.type != 0:
+            # norms, biases, scales: ggml's element-wise ops take them as f32 only
+            raise GGUFError(f"1-d tensor {t.name!r} must be f32, is type {t.type}")
+        blck, tsize = TENSOR_TYPES[t.type]
+        n = 1
+        for d in t.dims:
+            if d <= 0:
+                raise GGUFError(f"tensor {t.name!r} has a dimension of {d} (shape {list(t.dims)})")
+            n *= d
+        if n >= 1 << 62:
+            raise GGUFError(f"tensor {t.name!r} is too large (shape {list(t.dims)})")
+        if t.dims[0] % blck:
+            raise GGUFError(f"tensor {t.name!r}: row of {t.dims[0]} elements is not a multiple of "
+                            f"the block size {blck} of type {t.type}")
+        nbytes = n // blck * tsize
+        if t.data_offset != expected:
+            raise GGUFError(f"tensor {t.name!r} has data offset {t.data_offset}, expected "
+                            f"{expected}")
+        if t.data_offset + nbytes > data_size:
+            raise GGUFError(f"tensor {t.name!r} data ({nbytes} bytes at {t.data_offset}) runs "
+                            f"past the end of the file (data section of {data_size} bytes)")
+        expected += (nbytes + lay.alignment - 1) // lay.alignment * lay.alignment
+
+
+def _ints(lay: GGUFLayout, key: str) -> Optional[List[Any]]:
+    """A scalar or an array hyperparameter as a list, or None when absent."""
+    kv = lay.kvs.get(key)
+    if kv is None:
+        return None
+    if kv.type == T_ARRAY:
+        return None if kv.value is None else list(kv.value)
+    return [kv.value]
+
+
+def _check_number(lay: GGUFLayout, key: str, lo: float, hi: float, *, per_layer: bool) -> None:
+    kv = lay.kvs.get(key)
+    if kv is None:
+        return
+    t = kv.arr_type if kv.type == T_ARRAY else kv.type
+    if t in (T_STRING,) or (kv.type == T_ARRAY and not per_layer):
+        raise GGUFError(f"metadata {key!r} must be a number, is "
+                        f"{'an array' if kv.type == T_ARRAY else 'a string'}")
+    vals = _ints(lay, key) or []
+    if kv.type == T_ARRAY and kv.count > MAX_LAYERS:
+        raise GGUFError(f"metadata {key!r} has {kv.count} entries, more than {MAX_LAYERS} layers")
+    for v in vals:
+        if isinstance(v, float) and not math.isfinite(v):
+            raise GGUFError(f"metadata {key!r} is {v}")
+        if not lo <= v <= hi:
+            raise GGUFError(f"metadata {key!r} = {v} is out of range [{lo}, {hi}]")
+
+
+#: hyperparameters (suffixes of ``{arch}.``): (min, max, may be a per-layer array)
+_HPARAMS: Dict[str, Tuple[float, float, bool]] = {
+    "context_length": (1, 1 << 30, False),
+    "embedding_length": (1, MAX_EMBD, False),
+    "embedding_length_out": (0, MAX_EMBD, False),
+    "block_count": (1, MAX_LAYERS, False),
+    "feed_forward_length": (0, 1 << 22, True),
+    "attention.head_count": (0, 1 << 14, True),
+    "attention.head_count_kv": (0, 1 << 14, True),
+    "attention.key_length": (0, 1 << 16, False),
+    "attention.value_length": (0, 1 << 16, False),
+    "attention.key_length_mla": (0, 1 << 16, False),
+    "attention.value_length_mla": (0, 1 << 16, False),
+    "attention.sliding_window": (0, 1 << 30, False),
+    "attention.layer_norm_rms_epsilon": (0, 1, False),
+    "attention.layer_norm_epsilon": (0, 1, False),
+    "rope.dimension_count": (0, 1 << 16, False),
+    "rope.freq_base": (0, 1e30, False),
+    "expert_count": (0, MAX_EXPERTS, False),
+    "expert_used_count": (0, MAX_EXPERTS, False),
+    "expert_feed_forward_length": (0, 1 << 22, False),
+    "expert_shared_feed_forward_length": (0, 1 << 22, False),
+    "nextn_predict_layers": (0, MAX_LAYERS, False),
+    "full_attention_interval": (0, MAX_LAYERS, False),
+    "ssm.conv_kernel": (0, 1 << 10, False),
+    "ssm.state_size": (0, 1 << 16, False),
+    "ssm.inner_size": (0, MAX_EMBD, False),
+    "ssm.group_count": (0, 1 << 14, False),
+    "ssm.time_step_rank": (0, 1 << 14, False),
+}
+
+
+def _check_hparams(lay: GGUFLayout) -> str:
+    arch_kv = lay.kvs.get("general.architecture")
+    if arch_kv is None:
+        raise GGUFError("metadata general.architecture is missing")
+    if arch_kv.type != T_STRING or not arch_kv.value:
+        raise GGUFError("metadata general.architecture must be a non-empty string")
+    arch = arch_kv.value
+    for suffix, (lo, hi, per_layer) in _HPARAMS.items():
+        _check_number(lay, f"{arch}.{suffix}", lo, hi, per_layer=per_layer)
+    n_layer = (_ints(lay, f"{arch}.block_count") or [None])[0]
+    n_embd = (_ints(lay, f"{arch}.embedding_length") or [None])[0]
+    for suffix in ("attention.head_count", "attention.head_count_kv", "feed_forward_length"):
+        kv = lay.kvs.get(f"{arch}.{suffix}")
+        if kv is not None and kv.type == T_ARRAY and n_layer is not None and kv.count < n_layer:
+            raise GGUFError(f"metadata {arch}.{suffix} has {kv.count} entries for {n_layer} "
+                            "layers")
+    heads = _ints(lay, f"{arch}.attention.head_count")
+    heads_kv = _ints(lay, f"{arch}.attention.head_count_kv")
+    if heads is not None and n_embd is not None:
+        for il, h in enumerate(heads):
+            if h == 0:
+                continue
+            if lay.kvs.get(f"{arch}.attention.key_length") is None and n_embd % h:
+                raise GGUFError(f"embedding_length {n_embd} is not divisible by head_count {h}")
+            if heads_kv is not None:
+                hk = heads_kv[il] if il < len(heads_kv) else heads_kv[-1]
+                if hk and h % hk:
+                    raise GGUFError(f"head_count {h} is not a multiple of head_count_kv {hk} "
+                                    f"(layer {il})")
+    head_k = (_ints(lay, f"{arch}.attention.key_length") or [None])[0]
+    if head_k is None and heads and n_embd is not None and max(heads):
+        head_k = n_embd // max(heads)
+    n_rot = (_ints(lay, f"{arch}.rope.dimension_count") or [None])[0]
+    if n_rot is not None:
+        if n_rot % 2:
+            raise GGUFError(f"rope.dimension_count {n_rot} is odd")
+        if head_k is not None and n_rot > head_k:
+            raise GGUFError(f"rope.dimension_count {n_rot} exceeds the head size {head_k}")
+    sections = lay.kvs.get(f"{arch}.rope.dimension_sections")
+    if sections is not None:
+        vals = sections.value if sections.type == T_ARRAY else None
+        if (vals is None or sections.arr_type not in _INT_TYPES or not vals
+                or any(not 0 <= v <= (1 << 16) for v in vals) or sum(vals) == 0):
+            raise GGUFError(f"rope.dimension_sections {vals} must be non-negative ints, not all 0")
+        if head_k is not None and sum(vals) > head_k:
+            raise GGUFError(f"rope.dimension_sections {vals} add up to more than the head size "
+                            f"{head_k}")
+        if not n_rot:
+            raise GGUFError("multi-section rope needs rope.dimension_count > 0")
+    nextn = _one(lay, f"{arch}.nextn_predict_layers")
+    if nextn is not None and n_layer is not None and nextn > n_layer:
+        raise GGUFError(f"nextn_predict_layers {nextn} exceeds block_count {n_layer}")
+    for suffix in ("full_attention_interval",):
+        v = _ints(lay, f"{arch}.{suffix}")
+        if v is not None and v[0] == 0:
+            raise GGUFError(f"{arch}.{suffix} is 0 (a divisor)")
+    for rule in _ARCH_RULES.get(arch, ()):
+        rule(lay, arch)
+    used = (_ints(lay, f"{arch}.expert_used_count") or [0])[0]
+    n_expert = (_ints(lay, f"{arch}.expert_count") or [0])[0]
+    if used > n_expert:
+        raise GGUFError(f"expert_used_count {used} exceeds expert_count {n_expert}")
+    return arch
+
+
+def _one(lay: GGUFLayout, key: str) -> Optional[Any]:
+    v = _ints(lay, key)
+    return v[0] if v else None
+
+
+def _gated_delta_net(lay: GGUFLayout, arch: str) -> None:
+    """qwen35 / qwen3next: the linear-attention value width is state_size * time_step_rank."""
+    inner, state, rank = (_one(lay, f"{arch}.ssm.{k}") for k in ("inner_size", "state_size",
+                                                                   "time_step_rank"))
+    if None not in (inner, state, rank) and inner != state * rank:
+        raise GGUFError(f"{arch}.ssm.inner_size {inner} != state_size {state} * time_step_rank "
+                        f"{rank}")
+
+
+def _mamba2_hybrid(lay: GGUFLayout, arch: str) -> None:
+    """jamba / granitehybrid graphs assert d_inner == 2 * n_embd."""
+    inner, embd = _one(lay, f"{arch}.ssm.inner_size"), _one(lay, f"{arch}.embedding_length")
+    if None not in (inner, embd) and inner != 2 * embd:
+        raise GGUFError(f"{arch}.ssm.inner_size {inner} != 2 * embedding_length {embd}")
+
+
+def _gated_delta_net_tensors(lay: GGUFLayout, arch: str) -> None:
+    """llama.cpp loads a recurrent layer's attn_qkv / attn_gate as optional, then uses them."""
+    names = {t.name for t in lay.tensors}
+    if "blk.0.attn_norm.weight" not in names:
+        return   # an MTP-only file: no trunk layers
+    for t in lay.tensors:
+        if t.name.endswith(".ssm_conv1d.weight"):
+            blk = t.name[: -len("ssm_conv1d.weight")]
+            for need in ("attn_qkv.weight", "attn_gate.weight"):
+                if blk + need not in names:
+                    raise GGUFError(f"recurrent layer {blk[:-1]} has no {need}")
+
+
+#: archs whose every layer (or every MoE layer) routes through experts
+MOE_ARCHS = frozenset({
+    "qwen2moe", "qwen3moe", "qwen3vlmoe", "qwen35moe", "qwen3next", "phimoe", "cohere2moe",
+    "olmoe", "glm4moe", "nemotron_h_moe", "exaone-moe", "granitemoe", "bailingmoe",
+    "bailingmoe2", "bailingmoe3", "afmoe", "ernie4_5-moe", "hunyuan-moe", "gpt-oss", "lfm2moe",
+    "llada-moe", "grovemoe", "nomic-bert-moe", "deepseek", "deepseek2", "deepseek32",
+    "deepseek4", "dbrx", "grok", "arctic", "minimax-m2", "mimo2", "step35", "hy_v3",
+})
+
+
+def _moe(lay: GGUFLayout, arch: str) -> None:
+    """MoE graphs divide by and index with the expert counts."""
+    n, used = _one(lay, f"{arch}.expert_count"), _one(lay, f"{arch}.expert_used_count")
+    if not n or not used:
+        raise GGUFError(f"{arch} is a mixture of experts: expert_count ({n}) and "
+                        f"expert_used_count ({used}) must be set and positive")
+
+
+#: per-architecture invariants that llama.cpp's graph code asserts
+_ARCH_RULES = {
+    "qwen35": [_gated_delta_net, _gated_delta_net_tensors],
+    "qwen35moe": [_gated_delta_net, _gated_delta_net_tensors],
+    "qwen3next": [_gated_delta_net, _gated_delta_net_tensors],
+    "jamba": [_mamba2_hybrid], "granitehybrid": [_mamba2_hybrid],
+}
+for _a in MOE_ARCHS:
+    _ARCH_RULES.setdefault(_a, []).append(_moe)
+
+
+_VOCAB_ARRAYS = {"tokenizer.ggml.scores": 6, "tokenizer.ggml.token_type": 5}
+
+
+def _check_vocab(lay: GGUFLayout) -> None:
+    model = lay.kvs.get("tokenizer.ggml.model")
+    if model is not None and model.type != T_STRING:
+        raise GGUFError("metadata tokenizer.ggml.model must be a string")
+    toks = lay.kvs.get("tokenizer.ggml.tokens")
+    if toks is None:
+        return
+    if toks.type != T_ARRAY or toks.arr_type != T_STRING:
+        raise GGUFError("metadata tokenizer.ggml.tokens must be an array of strings")
+    n = toks.count
+    if n == 0:
+        raise GGUFError("the vocabulary (tokenizer.ggml.tokens) is empty")
+    words = lay.tokens or []
+    uniq = set(words)
+    if len(uniq) < n:
+        raise GGUFError(f"the vocabulary has {n - len(uniq)} duplicate token strings")
+    kind = model.value if model is not None else ""
+    if kind == "llama":
+        # SPM falls back to byte tokens, looked up with std::map::at (an uncaught throw)
+        missing = [b for b in range(256) if f"<0x{b:02X}>".encode() not in uniq
+                   and bytes([b]) not in uniq]
+        if missing:
+            raise GGUFError(f"SPM vocabulary without byte tokens for {len(missing)} bytes "
+                            f"(e.g. <0x{missing[0]:02X}>)")
+    types = lay.kvs.get("tokenizer.ggml.token_type")
+    if types is not None and types.type == T_ARRAY and types.arr_type == 5 and types.count == n:
+        tt = array.array("i")
+        tt.frombytes(bytes(lay.buf[types.data_offset:types.data_offset + 4 * n]))
+        if sys.byteorder != "little":
+            tt.byteswap()
+        for i in (i for i, t in enumerate(tt) if t == 6):   # LLAMA_TOKEN_TYPE_BYTE
+            w = words[i]
+            if len(w) != 6 or not w.startswith(b"<0x") or not w.endswith(b">"):
+                raise GGUFError(f"token {i} is typed as a byte but reads {w[:20]!r}, not <0xXX>")
+    if n > MAX_VOCAB:
+        raise GGUFError(f"vocabulary of {n} tokens is too large")
+    for key, t in _VOCAB_ARRAYS.items():
+        kv = lay.kvs.get(key)
+        if kv is None:
+            continue
+        if kv.type != T_ARRAY or kv.arr_type != t:
+            raise GGUFError(f"metadata {key} must be an array of {VALUE_TYPES[t][0]}")
+        if kv.count != n:
+            raise GGUFError(f"metadata {key} has {kv.count} entries for {n} tokens")
+    merges = lay.kvs.get("tokenizer.ggml.merges")
+    if merges is not None and (merges.type != T_ARRAY or merges.arr_type != T_STRING):
+        raise GGUFError("metadata tokenizer.ggml.merges must be an array of strings")
+    for kv in lay.kv_list:
+        if kv.key.startswith("tokenizer.ggml.") and kv.key.endswith("_token_id"):
+            if kv.type not in _INT_TYPES:
+                raise GGUFError(f"metadata {kv.key} must be an integer")
+
+
+def check_layout(lay: GGUFLayout) -> str:
+    """Semantic checks of a parsed file; returns the architecture."""
+    _check_tensors(lay)
+    arch = _check_hparams(lay)
+    _check_vocab(lay)
+    return arch
+
+
+def check_gguf(path: "os.PathLike[str] | str") -> str:
+    """Raise :class:`GGUFError` if llama.cpp could crash on this file; returns the architecture."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"model file not found: {path}")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            head = f.read(4)
+            if head != b"GGUF":
+                raise GGUFError(f"not a GGUF file (bad magic {head!r})")
+            raise GGUFError(f"truncated GGUF header ({size} bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return check_layout(_parse(mm))
