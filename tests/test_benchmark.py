@@ -152,7 +152,7 @@ def test_matrices_cover_the_issue():
                 ("llama-cpp-python", "ngram")} <= sides
         assert {c.accuracy for c in m.cases if c.name.startswith("mtp-mid")} == {0.9, 0.7, 0.5}
     full_names = {c.name for c in f.cases}
-    assert "gemma3-270m+layerskip6" in full_names and "mtp-moe-mid-90" in full_names
+    assert "gemma3-270m+layerskip14" in full_names and "mtp-moe-mid-90" in full_names
     by_cat = {}
     for p in next(c for c in f.cases if c.name == "gemma3-270m").prompts:
         by_cat.setdefault(p.category, []).append(p.name)
