@@ -999,6 +999,10 @@ cdef class Context:
         self._check_seq(dst, False)
         if self._needs_rs_guard and (p0 >= 0 or p1 >= 0):
             raise ValueError("recurrent state can only be copied whole (p0 = p1 = -1)")
+        if self.n_seq_max > 1 and src != dst and (p0 > 0 or 0 < p1 < self.n_ctx - 1):
+            # with one KV stream per sequence llama.cpp aborts on a partial cross-stream copy
+            raise ValueError("with several sequences only whole sequences can be copied "
+                             "(p0 = p1 = -1)")
         self._enter()
         try:
             llama_memory_seq_cp(self.mem, src, dst, p0, p1)

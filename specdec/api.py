@@ -4,12 +4,14 @@ from __future__ import annotations
 import codecs
 import os
 import threading
+import weakref
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._controller import Controller
 from ._core import ContextBusyError, Context, Model
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
+from .drafters.guard import guard
 from .results import GenerationResult, Stats
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -25,6 +27,29 @@ def _as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[D
     return [drafter]
 
 
+def _stop_list(stop: Union[str, bytes, Iterable[Union[str, bytes]], None]) -> List[str]:
+    """Stop strings as text, checked up front (a bad one must not fail half-way into a request)."""
+    if stop is None:
+        return []
+    if isinstance(stop, (str, bytes)):
+        stop = [stop]
+    elif not isinstance(stop, Iterable):
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
+    out = []
+    for s in stop:
+        if isinstance(s, bytes):
+            try:
+                s = s.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"stop string {s!r} is not valid UTF-8") from None
+        if not isinstance(s, str):
+            raise TypeError(f"stop strings must be str or bytes, got {type(s).__name__}")
+        if not s:
+            raise ValueError("stop strings must not be empty")
+        out.append(s)
+    return out
+
+
 class Decoder:
     """A model, its context and its drafters, kept across calls.
 
@@ -34,6 +59,12 @@ class Decoder:
     token: the target is loaded without repacked weight layouts and no decode is
     ever a single row, so every row of a verify batch runs the same kernels
     whatever the draft length (see ``Controller._pad``).
+
+    Python drafters are plugins and may misbehave: ``drafter_timeout`` (seconds) runs
+    each of their hooks with a deadline, and ``on_drafter_error="disable"`` turns a
+    raised error or a garbage draft into plain rounds instead of a ``DrafterError``;
+    either fault switches that drafter off for the rest of the request, with a
+    ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
     """
 
     def __init__(
@@ -53,6 +84,8 @@ class Decoder:
         n_seq_max: int = 1,
         load_mtp: Optional[bool] = None,
         check: bool = False,
+        drafter_timeout: Optional[float] = None,
+        on_drafter_error: str = "raise",
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
@@ -66,7 +99,8 @@ class Decoder:
             wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
             self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
                                use_extra_bufts=not self.exact)
-        self.drafters: List[Drafter] = [create_drafter(s) for s in specs]
+        self.drafters: List[Drafter] = [guard(create_drafter(s), drafter_timeout, on_drafter_error)
+                                        for s in specs]
         for d in self.drafters:
             configure = getattr(d, "configure", None)
             if configure is not None:
@@ -86,6 +120,7 @@ class Decoder:
         self.check = bool(check)
         self._lock = threading.Lock()
         self._controller: Optional[Controller] = None
+        self._stream: Optional["weakref.ref[Stream]"] = None
 
     def __repr__(self) -> str:
         names = [d.name for d in self.drafters] or ["plain"]
@@ -98,8 +133,7 @@ class Decoder:
             return self.model.tokenize(prompt, add_special=True, parse_special=True)
         return list(prompt)
 
-    def _controller_for(self, sampling: Sampling, stop: Union[str, Iterable[str]]) -> Controller:
-        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or ())
+    def _controller_for(self, sampling: Sampling, stops: List[str]) -> Controller:
         return Controller(
             self.ctx, self.drafters, n_max=self.spec.n_max if self.drafters else 0,
             n_min=self.spec.n_min, adaptive=self.spec.adaptive,
@@ -110,16 +144,24 @@ class Decoder:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
             raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
         s = Sampling.resolve(sampling)
-        ctl = self._controller_for(s, stop)
+        ctl = self._controller_for(s, _stop_list(stop))
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         ctl.start([self.tokenize(p) for p in prompts], max_tokens,
                   [seed + i for i in range(len(prompts))])
         return ctl
 
     def _acquire(self) -> None:
-        if not self._lock.acquire(blocking=False):
-            raise ContextBusyError("this Decoder is in use by another thread (or an unfinished "
-                                   "stream); use one Decoder per thread")
+        if self._lock.acquire(blocking=False):
+            return
+        # a stream this thread left unfinished (abandoned, or cut by Ctrl-C between pieces)
+        # is closed by the thread's next call; another thread's stream is never touched
+        st = self._stream() if self._stream is not None else None
+        if st is not None and st._owner == threading.get_ident() and st.result is None:
+            st.close()
+            if self._lock.acquire(blocking=False):
+                return
+        raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
+                               "thread")
 
     @staticmethod
     def _result(ctl: Controller, seq: int = 0) -> GenerationResult:
@@ -166,8 +208,13 @@ class Decoder:
         except BaseException:
             self._lock.release()
             raise
-        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop or ())
-        return Stream(self, ctl, [s if isinstance(s, str) else s.decode() for s in stops])
+        try:
+            st = Stream(self, ctl, _stop_list(stop))
+        except BaseException:
+            self._lock.release()
+            raise
+        self._stream = weakref.ref(st)
+        return st
 
 
 class Stream:
@@ -182,6 +229,7 @@ class Stream:
         self._stops = stops
         self._first = True
         self._yielded = 0
+        self._owner = threading.get_ident()
         self.result: Optional[GenerationResult] = None
 
     def __iter__(self) -> "Stream":
@@ -241,7 +289,8 @@ class Stream:
             raise
 
     def close(self) -> None:
-        """Stop early; the decoder is free again."""
+        """Stop early; the decoder is free again. A new call on the decoder from this
+        thread closes an unfinished stream too (after a Ctrl-C, say)."""
         self._release()
 
     def __del__(self) -> None:

@@ -219,6 +219,11 @@ cdef _fill_draft(Draft out, res, int n_max, int n_vocab, str name):
                                "zero draft probability")
 
 
+def check_draft(res, int n_max, int n_vocab, str name="drafter"):
+    """Check a Python drafter's answer as the controller does; raises ``DrafterError``."""
+    _fill_draft(Draft(), res, n_max, n_vocab, name)
+
+
 # Python entry points to the C hooks, for tools and tests that drive a drafter by hand
 def run_begin(Drafter d not None, int seq, prompt_tokens):
     cdef vector[int32_t] v = [int(t) for t in prompt_tokens]

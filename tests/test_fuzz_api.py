@@ -1,0 +1,274 @@
+"""Property-based fuzzing of the public API (hypothesis): odd prompts, parameters, token ids,
+drafter outputs and core calls either work or raise a clear Python exception, and the
+decoder stays usable and correct afterwards.
+
+CI runs ``SPECDEC_FUZZ_CASES`` (default 150) cases per target; the long run is
+``SPECDEC_FUZZ_CASES=2500 pytest tests/test_fuzz_api.py`` (4 targets: 10,000 cases).
+"""
+import math
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import specdec
+from specdec import Batch, Context, Decoder, DrafterError, Sampling
+from specdec.drafters import Drafter
+
+N_CASES = int(os.environ.get("SPECDEC_FUZZ_CASES", "150"))
+SETTINGS = settings(max_examples=N_CASES, deadline=None, derandomize=True, database=None,
+                    suppress_health_check=list(HealthCheck))
+#: what a bad input may raise: a clear Python error, never anything else
+CLEAR = (ValueError, TypeError, OverflowError, DrafterError)
+COUNT = {}
+
+REF_PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
+
+
+def _counted(name):
+    COUNT[name] = COUNT.get(name, 0) + 1
+
+
+def _ran(name, n):
+    print(f"\n{name}: {COUNT.get(name, 0)} cases, 0 crashes")
+    assert COUNT.get(name, 0) >= n // 2
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_dense_path):
+    model = specdec.Model(tiny_dense_path)
+    ref = Decoder(model, n_ctx=128).generate(REF_PROMPT, max_tokens=12).tokens
+    return model, ref
+
+
+def _still_correct(dec, ref):
+    assert not dec._lock.locked(), "the decoder was left locked"
+    assert dec.generate(REF_PROMPT, max_tokens=12).tokens == ref
+
+
+texts = st.one_of(
+    st.text(max_size=60),
+    st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF, blacklist_categories=()),
+            max_size=40),
+    st.sampled_from(["", "\0", "\0\0abc\0", "\ud800", "\udfff x", "\U0010ffff" * 5, "<|im_start|>",
+                     "\u202e\u200b\ufeff", "tok_1tok_2" * 50, "a" * 3000, "\r\n\t\x0b\x0c"]),
+)
+ids = st.one_of(st.integers(-2**40, 2**40), st.integers(-3, 300), st.booleans(), st.floats(),
+                st.none(), st.text(max_size=3), st.builds(np.int32, st.integers(-5, 300)),
+                st.builds(np.int64, st.integers(-2**33, 2**33)))
+prompts = st.one_of(texts, st.binary(max_size=80), st.lists(ids, max_size=20),
+                    st.lists(st.integers(0, 255), min_size=1, max_size=200),
+                    st.tuples(st.integers(0, 255), st.integers(0, 255)))
+numbers = st.one_of(st.integers(-2**40, 2**40), st.floats(), st.booleans(), st.none(),
+                    st.text(max_size=3), st.integers(-2, 40))
+samplings = st.one_of(
+    st.none(), st.just("greedy"), st.text(max_size=6), numbers,
+    st.dictionaries(st.sampled_from(["temperature", "top_k", "top_p", "min_p", "seed", "bogus"]),
+                    numbers, max_size=4),
+    st.builds(dict, temperature=st.floats(0.1, 2.0), top_k=st.integers(0, 300),
+              top_p=st.floats(0.05, 1.0), min_p=st.floats(0.0, 0.5), seed=st.integers(0, 2**63)),
+)
+stops = st.one_of(st.just(()), texts, st.lists(texts, max_size=3), st.binary(max_size=5), numbers,
+                  st.lists(st.one_of(texts, st.binary(max_size=3), numbers), max_size=3))
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_generate_parameters(n, setup):
+    model, ref = setup
+    dec = Decoder(model, drafter="ngram", n_max=3, n_ctx=256)
+
+    @SETTINGS
+    @given(prompt=prompts, max_tokens=numbers, sampling=samplings, stop=stops,
+           how=st.sampled_from(["generate", "stream", "batch"]))
+    def case(prompt, max_tokens, sampling, stop, how):
+        _counted("generate")
+        try:
+            if how == "generate":
+                r = dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+            elif how == "stream":
+                s = dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+                text = "".join(s)
+                r = s.result
+                assert text == r.text
+            else:
+                r = dec.generate_batch([prompt], max_tokens=max_tokens, sampling=sampling,
+                                       stop=stop)[0]
+        except CLEAR as e:
+            assert str(e), f"{type(e).__name__} without a message"
+            assert not dec._lock.locked()
+            return
+        assert isinstance(r.text, str) and r.finish_reason in ("stop", "length")
+        assert all(0 <= t < model.n_vocab for t in r.tokens)
+        assert len(r.tokens) <= max_tokens
+
+    case()
+    _ran("generate", n)
+    _still_correct(dec, ref)
+
+
+class Junk(Drafter):
+    """Returns whatever the test hands it."""
+
+    def __init__(self):
+        super().__init__("junk")
+        self.answer = []
+
+    def propose(self, seq, last_token, n_max):
+        a = self.answer
+        return a() if callable(a) else a
+
+
+def _dist(n_vocab):
+    dense = st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=0,
+                     max_size=3).map(lambda v: np.resize(np.asarray(v or [0.0], np.float32), n_vocab))
+    good = st.integers(0, n_vocab - 1).map(lambda t: np.eye(n_vocab, dtype=np.float32)[t])
+    sparse = st.dictionaries(ids, st.one_of(st.floats(), numbers), max_size=4)
+    return st.one_of(dense, good, sparse, st.lists(st.floats(), max_size=5), numbers,
+                     st.just(np.full(n_vocab, 1.0 / n_vocab)), st.just(np.ones(n_vocab) * 7))
+
+
+def _answers(n_vocab):
+    toks = st.lists(st.one_of(st.integers(0, n_vocab - 1), ids), max_size=8)
+    valid = st.lists(st.integers(0, n_vocab - 1), max_size=4)
+    return st.one_of(
+        toks, valid, numbers, texts, st.binary(max_size=4),
+        st.builds(lambda t: np.asarray(t, dtype=np.int64), valid),
+        st.builds(lambda t: np.asarray(t, dtype=np.float32), valid),
+        st.tuples(valid, st.lists(_dist(n_vocab), max_size=5)),
+        st.tuples(toks, st.lists(_dist(n_vocab), max_size=3)),
+        st.tuples(valid), st.tuples(valid, valid, valid),
+        st.sampled_from([ZeroDivisionError("x"), KeyError("k"), RecursionError("r"),
+                         StopIteration(), MemoryError("m"), AttributeError("a")]).map(
+            lambda e: (lambda: (_ for _ in ()).throw(e))),
+    )
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_drafter_outputs(n, setup):
+    model, ref = setup
+    junk = Junk()
+    dec = Decoder(model, drafter=junk, n_max=4, n_ctx=128)
+
+    @SETTINGS
+    @given(answer=_answers(model.n_vocab), sampled=st.booleans())
+    def case(answer, sampled):
+        _counted("drafter")
+        junk.answer = answer
+        sampling = {"temperature": 0.8, "seed": 1} if sampled else None
+        try:
+            r = dec.generate(REF_PROMPT, max_tokens=6, sampling=sampling)
+        except (DrafterError, MemoryError) as e:
+            assert str(e) or isinstance(e, MemoryError)
+            assert not dec._lock.locked()
+            return
+        assert all(0 <= t < model.n_vocab for t in r.tokens)
+        if not sampled:   # whatever the draft, greedy output is the target's own
+            assert r.tokens == ref[:6]
+
+    case()
+    _ran("drafter", n)
+    junk.answer = []
+    _still_correct(dec, ref)
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_core_calls(n, setup):
+    """Model / Batch / Context methods with bad token ids, positions, sequences and states."""
+    model, ref = setup
+    ctx = Context(model, n_ctx=64, n_batch=16, n_seq_max=2)
+    good = Batch(4, n_seq_max=2)
+    for i, t in enumerate([1, 2, 3]):
+        good.add(t, i, 0, output=i == 2)
+    ctx.decode(good)
+    state = ctx.save_state(0)
+
+    def corrupt(data):
+        return st.one_of(st.binary(max_size=64), st.just(data[: len(data) // 2]),
+                         st.integers(0, len(data) - 1).map(
+                             lambda k: data[:k] + bytes([data[k] ^ 0xFF]) + data[k + 1:]),
+                         st.just(data + b"\0" * 7), st.just(b"\xff" * len(data)))
+
+    ops = st.one_of(
+        st.tuples(st.just("tokenize"), st.one_of(texts, st.binary(max_size=40), numbers)),
+        st.tuples(st.just("detokenize"), st.lists(ids, max_size=6)),
+        st.tuples(st.just("piece"), ids),
+        st.tuples(st.just("eog"), ids),
+        st.tuples(st.just("batch"), st.lists(st.tuples(ids, numbers, st.one_of(ids, st.lists(ids, max_size=3)),
+                                                         st.booleans()), max_size=6)),
+        st.tuples(st.just("seq_rm"), st.tuples(numbers, numbers, numbers)),
+        st.tuples(st.just("seq_cp"), st.tuples(numbers, numbers, numbers, numbers)),
+        st.tuples(st.just("logits"), numbers),
+        st.tuples(st.just("load_state"), st.tuples(corrupt(state), numbers)),
+        st.tuples(st.just("batch_new"), st.tuples(numbers, numbers, numbers)),
+    )
+
+    @SETTINGS
+    @given(op=ops)
+    def case(op):
+        _counted("core")
+        name, arg = op
+        try:
+            if name == "tokenize":
+                model.tokenize(arg, add_special=True, parse_special=True)
+            elif name == "detokenize":
+                model.detokenize(arg)
+            elif name == "piece":
+                model.token_to_piece(arg)
+            elif name == "eog":
+                model.is_eog(arg)
+            elif name == "batch":
+                b = Batch(8, n_seq_max=2)
+                for tok, pos, seqs, out in arg:
+                    b.add(tok, pos, seqs, out)
+                ctx.decode(b)
+            elif name == "seq_rm":
+                ctx.seq_rm(*arg)
+            elif name == "seq_cp":
+                ctx.seq_cp(*arg)
+            elif name == "logits":
+                ctx.logits(arg)
+            elif name == "load_state":
+                ctx.load_state(*arg)
+            else:
+                Batch(arg[0], n_embd=arg[1], n_seq_max=arg[2])
+        except (*CLEAR, IndexError, specdec.DecodeError) as e:
+            assert str(e), f"{type(e).__name__} without a message"
+
+    case()
+    _ran("core", n)
+    # the context still decodes correctly from a clean state
+    ctx.clear()
+    ctx.decode(good)
+    plain = Context(model, n_ctx=64, n_batch=16)
+    plain.decode(good)
+    assert int(np.argmax(ctx.logits(2))) == int(np.argmax(plain.logits(2)))
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_decoder_options(n, setup, tiny_dense_path):
+    """Decoder construction with odd options: a clear error, or a decoder that works."""
+    model, ref = setup
+
+    @SETTINGS
+    @given(opts=st.fixed_dictionaries({}, optional={
+        "n_max": numbers, "n_min": numbers, "p_min": numbers, "n_ctx": numbers,
+        "n_batch": numbers, "n_seq_max": st.one_of(numbers, st.integers(1, 4)),
+        "drafter": st.one_of(st.sampled_from(["ngram", "ngram:2", "ngram:0", "ngram:x", "suffix",
+                                              "ngram-map", "nope", "", ":", "ngram-cache",
+                                              f"draft:{tiny_dense_path}", "draft:/nonexistent"]),
+                             numbers, st.lists(st.sampled_from(["ngram", "suffix", "nope"]), max_size=3)),
+        "adaptive": st.booleans(), "n_threads": numbers}))
+    def case(opts):
+        _counted("options")
+        try:
+            dec = Decoder(model, **opts)
+        except (*CLEAR, FileNotFoundError) as e:
+            assert str(e)
+            return
+        r = dec.generate(REF_PROMPT, max_tokens=4)
+        assert r.tokens == ref[:4]
+
+    case()
+    _ran("options", n)
