@@ -14,6 +14,7 @@ from ._core import (
     mtp_available,
     system_info,
 )
+from ._gguf_check import GGUFError
 from .api import Decoder, Stream, generate, stream
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, DrafterError, register
@@ -24,7 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
-    "Drafter", "DrafterError", "GenerationResult", "Model", "ModelNotAvailable", "Sampling",
+    "Drafter", "DrafterError", "GGUFError", "GenerationResult", "Model", "ModelNotAvailable", "Sampling",
     "SpecConfig", "Stats", "Stream", "default_model_path", "generate", "mtp_available",
     "register", "stream", "system_info",
 ]

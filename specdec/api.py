@@ -50,6 +50,13 @@ def _stop_list(stop: Union[str, bytes, Iterable[Union[str, bytes]], None]) -> Li
     return out
 
 
+def _run(ctl: Controller) -> None:
+    """Rounds to the end, from Python: the interpreter checks for Ctrl-C between rounds
+    (a loop inside compiled code would not see the signal until the request ends)."""
+    while ctl.step() > 0:
+        pass
+
+
 class Decoder:
     """A model, its context and its drafters, kept across calls.
 
@@ -181,7 +188,7 @@ class Decoder:
         self._acquire()
         try:
             ctl = self._begin([prompt], max_tokens, sampling, stop)
-            ctl.run()
+            _run(ctl)
             return self._result(ctl)
         finally:
             self._lock.release()
@@ -193,7 +200,7 @@ class Decoder:
         self._acquire()
         try:
             ctl = self._begin(list(prompts), max_tokens, sampling, stop)
-            ctl.run()
+            _run(ctl)
             return [self._result(ctl, i) for i in range(len(prompts))]
         finally:
             self._lock.release()

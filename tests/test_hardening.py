@@ -157,6 +157,24 @@ def test_keyboard_interrupt_in_stream(gemma, refs, delay):
           "decoder's output")
 
 
+def test_keyboard_interrupt_in_generate(gemma, refs):
+    """Ctrl-C reaches a long generate between rounds, not only when it ends."""
+    dec = Decoder(gemma, drafter="ngram", n_max=4, n_ctx=1024, n_threads=1)
+    timer = threading.Timer(0.5, _thread.interrupt_main)
+    t0 = time.perf_counter()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            dec.generate(PROMPTS[1], max_tokens=900)
+            time.sleep(5)
+    finally:
+        timer.cancel()
+    dt = time.perf_counter() - t0
+    assert dt < 3, f"the interrupt took {dt:.1f}s to land"
+    assert dec.generate(PROMPTS[1], max_tokens=40).tokens == refs[PROMPTS[1]]
+    print(f"\nCtrl-C after 0.5s stopped generate at {dt:.2f}s; the next call equals the reference")
+
+
 def test_interrupt_during_decode(gemma, refs):
     """Context.interrupt() from another thread stops a long prompt decode (llama.cpp's abort
     callback): KeyboardInterrupt, and the decoder is usable after."""
