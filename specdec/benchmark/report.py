@@ -268,7 +268,7 @@ def markdown(results: Dict[str, Any]) -> str:
     lines = [f"# specdec bench: {results['matrix']}", "",
              f"{m['cpu']}, {m['cpus']} CPUs, {m['threads']} threads; specdec {m['specdec']} "
              f"(commit {m.get('commit') or 'n/a'}), llama.cpp {m['llama_cpp_pin']}, "
-             f"llama-cpp-python {results['peers'].get('llama-cpp-python')}; "
+             f"llama-cpp-python {results['peers'].get('llama-cpp-python') or 'not run'}; "
              f"{s['reps']} alternating rounds, medians; wall time {results.get('wall_s', 0):.0f} s; "
              f"load average at start {m.get('load_avg_start')}.", ""]
     if s.get("inject_sleep_ms"):
