@@ -166,6 +166,12 @@ cdef _fill_draft(Draft out, res, int n_max, int n_vocab, str name):
     if isinstance(res, (str, bytes)) or not hasattr(res, "__len__"):
         raise DrafterError(f"drafter {name!r} must return a sequence of token ids, "
                            f"got {type(res).__name__}")
+    try:
+        len(res)
+        if probs is not None:
+            len(probs)
+    except TypeError as e:   # a 0-d array, an object with a broken __len__
+        raise DrafterError(f"drafter {name!r} returned an unsized answer: {e}") from None
     if len(res) > n_max:
         raise DrafterError(f"drafter {name!r} returned {len(res)} tokens, more than n_max={n_max}")
     cdef int32_t t
@@ -186,7 +192,11 @@ cdef _fill_draft(Draft out, res, int n_max, int n_vocab, str name):
         if isinstance(q, dict):
             items = list(q.items())
         else:
-            arr = np.asarray(q, dtype=np.float64).reshape(-1)
+            try:
+                arr = np.asarray(q, dtype=np.float64).reshape(-1)
+            except (TypeError, ValueError) as e:
+                raise DrafterError(f"drafter {name!r}: distribution {i} is not an array of "
+                                   f"numbers: {e}") from None
             if arr.shape[0] != n_vocab:
                 raise DrafterError(f"drafter {name!r}: distribution {i} has {arr.shape[0]} "
                                    f"entries, expected {n_vocab}")
