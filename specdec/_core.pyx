@@ -507,6 +507,11 @@ cdef class Batch:
         _check_positive("n_seq_max", n_seq_max)
         if not isinstance(n_embd, int) or n_embd < 0:
             raise ValueError(f"n_embd must be a non-negative int, got {n_embd!r}")
+        # llama_batch_init allocates per entry: an absurd size would take the machine's memory
+        if capacity > 1 << 20 or n_seq_max > 256 or n_embd > 1 << 20 or capacity * n_embd > 1 << 31:
+            raise ValueError(f"batch too large (capacity={capacity}, n_embd={n_embd}, "
+                             f"n_seq_max={n_seq_max}): at most 2**20 entries, 256 sequences, "
+                             "2**31 embedding floats")
         if self.b.token != NULL:
             raise RuntimeError("Batch is already initialised")
         self.capacity = capacity
