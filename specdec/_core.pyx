@@ -137,6 +137,13 @@ cdef _check_positive(str name, value):
     return value
 
 
+cdef _check_threads(n_threads, n_threads_batch):
+    # ggml sizes per-thread buffers up front: a huge count ends in std::bad_alloc -> abort
+    if n_threads > 512 or n_threads_batch > 512:
+        raise ValueError(f"at most 512 threads (GGML_MAX_N_THREADS), got {n_threads} / "
+                         f"{n_threads_batch}")
+
+
 cdef bytes _text_bytes(text):
     if isinstance(text, str):
         return (<str>text).encode("utf-8", "surrogatepass")
@@ -652,6 +659,7 @@ cdef class Context:
         _check_positive("n_threads", n_threads)
         n_threads_batch = n_threads if n_threads_batch is None else n_threads_batch
         _check_positive("n_threads_batch", n_threads_batch)
+        _check_threads(n_threads, n_threads_batch)
         if not isinstance(n_rs_seq, int) or n_rs_seq < 0:
             raise ValueError(f"n_rs_seq must be a non-negative int, got {n_rs_seq!r}")
         if n_seq_max > 256:
@@ -819,6 +827,7 @@ cdef class Context:
         _check_positive("n_threads", n_threads)
         nb = n_threads if n_threads_batch is None else n_threads_batch
         _check_positive("n_threads_batch", nb)
+        _check_threads(n_threads, nb)
         llama_set_n_threads(self.ctx, n_threads, nb)
         self.n_threads = n_threads
 
