@@ -664,6 +664,14 @@ cdef class Context:
             raise ValueError(f"n_rs_seq must be a non-negative int, got {n_rs_seq!r}")
         if n_seq_max > 256:
             raise ValueError(f"n_seq_max must be at most 256, got {n_seq_max}")
+        if not isinstance(n_outputs_max, int) or n_outputs_max < 0:
+            raise ValueError(f"n_outputs_max must be a non-negative int, got {n_outputs_max!r}")
+        # llama.cpp reserves an output row per sequence within n_batch (capped at n_ctx) and
+        # aborts when they do not fit
+        if n_seq_max > min(n_batch, n_ctx) or 0 < n_outputs_max < n_seq_max:
+            raise ValueError(f"n_seq_max={n_seq_max} needs n_batch, n_ctx (and n_outputs_max if "
+                             f"set) of at least {n_seq_max}; got n_batch={n_batch}, "
+                             f"n_ctx={n_ctx}, n_outputs_max={n_outputs_max}")
         if kind not in ("default", "mtp"):
             raise ValueError(f"kind must be 'default' or 'mtp', got {kind!r}")
         if nextn not in (None, "masked", "dense"):
