@@ -5,7 +5,6 @@ decoder stays usable and correct afterwards.
 CI runs ``SPECDEC_FUZZ_CASES`` (default 150) cases per target; the long run is
 ``SPECDEC_FUZZ_CASES=2500 pytest tests/test_fuzz_api.py`` (4 targets: 10,000 cases).
 """
-import math
 import os
 
 import numpy as np
@@ -14,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import specdec
-from specdec import Batch, Context, Decoder, DrafterError, Sampling
+from specdec import Batch, Context, Decoder, DrafterError
 from specdec.drafters import Drafter
 
 N_CASES = int(os.environ.get("SPECDEC_FUZZ_CASES", "150"))
