@@ -35,6 +35,7 @@ draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 from libc.math cimport exp
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
@@ -45,6 +46,12 @@ from .registry import register
 import os
 
 from .._core import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
+
+
+cdef inline double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef class MtpDrafter(Drafter):
@@ -72,6 +79,7 @@ cdef class MtpDrafter(Drafter):
     cdef vector[float] chain_h           # chained heads: the rows of the prefix being drafted
     cdef vector[int32_t] chain_tok
     cdef int64_t n_decodes, n_catchup, n_flushes
+    cdef double t_decode                 # seconds spent in MTP decodes
 
     def __init__(self, path=None, *, p_min=None, n_threads=None, _chain_heads=0, name="mtp"):
         super().__init__(name)
@@ -165,6 +173,7 @@ cdef class MtpDrafter(Drafter):
         self.chain_h.resize(<size_t>(self.n_heads + 1) * self.n_embd)
         self.chain_tok.resize(self.n_heads + 1)
         self.n_decodes = self.n_catchup = self.n_flushes = 0
+        self.t_decode = 0.0
         return 0
 
     cdef int _check_bound(self, int seq) except -1:
@@ -181,9 +190,11 @@ cdef class MtpDrafter(Drafter):
         if self.batch.b.n_tokens == 0:
             return 0
         cdef Context c
+        cdef double t0 = _now()
         for c in self.head_ctxs:
             c.decode_c(self.batch)
             self.n_decodes += 1
+        self.t_decode += _now() - t0
         self.batch.clear_c()
         self.n_flushes += 1
         return 0
@@ -323,6 +334,7 @@ cdef class MtpDrafter(Drafter):
         cdef int32_t tok = last, y
         cdef const float * h = self.pend[seq].data()
         cdef const float * lg
+        cdef double t0
         for i in range(n_max):
             if p0 + i >= n_ctx_seq:
                 break
@@ -330,7 +342,9 @@ cdef class MtpDrafter(Drafter):
                 self._flush()
             idx = self.batch.b.n_tokens
             self.batch.add_embd_c(tok, p0 + i, seq, True, h)
+            t0 = _now()
             c.decode_c(self.batch)        # step 0 also decodes the queued catch-up
+            self.t_decode += _now() - t0
             self.batch.clear_c()
             self.n_decodes += 1
             n_dec += 1
@@ -396,7 +410,7 @@ cdef class MtpDrafter(Drafter):
     def counters(self) -> dict:
         """MTP decodes run, catch-up rows queued and flushes forced (since bind)."""
         return {"decodes": self.n_decodes, "catchup_rows": self.n_catchup,
-                "flushes": self.n_flushes, "heads": self.n_heads}
+                "flushes": self.n_flushes, "heads": self.n_heads, "t_decode_s": self.t_decode}
 
     def synced(self, int seq=0) -> int:
         """Positions of ``seq`` whose MTP row is in the MTP context or queued for it."""
