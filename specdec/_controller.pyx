@@ -81,6 +81,8 @@ cdef class Controller:
     cdef bint check
     cdef bint exact          # never decode a single row (see ``_pad``)
     cdef bint unsafe_accept_all   # a deliberately wrong rule, so tests can show they detect it
+    cdef bint record         # keep every verified draft (``draft_log``): for tests and debugging
+    cdef list _log
     cdef int64_t n_filler
     cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
     cdef DraftPolicy policy
@@ -93,7 +95,7 @@ cdef class Controller:
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
                  float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False,
-                 bint unsafe_accept_all=False):
+                 bint unsafe_accept_all=False, bint record=False):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
         if n_max < 0 or n_min < 0:
@@ -131,6 +133,8 @@ cdef class Controller:
         self.check = check
         self.exact = exact
         self.unsafe_accept_all = unsafe_accept_all
+        self.record = record
+        self._log = []
         if exact and ctx.model.use_extra_bufts:
             raise ValueError("exact mode needs the target loaded with Model(..., use_extra_bufts=False): "
                              "repacked weights run different kernels for different batch sizes")
@@ -297,7 +301,7 @@ cdef class Controller:
     def step(self) -> int:
         """One round for every live sequence; returns how many sequences are still running."""
         cdef _Seq s
-        cdef int i, k_cap, alive = 0
+        cdef int i, k_cap, k_want, alive = 0
         cdef double t0 = _now(), t1
         self.batch.clear_c()
         for s in self.seqs:
@@ -306,7 +310,8 @@ cdef class Controller:
             if s.n_past >= self.ctx.n_ctx_seq:
                 s.finish = CTX_FULL
                 continue
-            k_cap = min(self.policy.cap(),
+            k_want = self.policy.cap()
+            k_cap = min(k_want,
                         s.max_tokens - <int>s.out.size(),
                         self.ctx.n_ctx_seq - s.n_past - 1,
                         self.ctx.n_batch - self.batch.b.n_tokens - 1)
@@ -316,8 +321,9 @@ cdef class Controller:
             self._propose(s, k_cap)
             t1 = _now() - t1
             self.t_draft += t1
-            self.policy.observe_draft_time(s.draft.tokens.size(), t1)
-            s.k = self.policy.choose(s.draft.tokens.size())
+            if k_cap == k_want:     # a cap cut by the limits is not a sample of td(k_want)
+                self.policy.observe_draft_time(k_cap, t1)
+            s.k = self.policy.choose(s.draft.tokens.size(), t1)
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:
@@ -444,6 +450,8 @@ cdef class Controller:
                     self.accepted_at[i] += 1
         if not filler:
             self.policy.observe(k, a, t_dec)
+            if self.record and k > 0:
+                self._log.append((s.id, [s.draft.tokens[i] for i in range(k)], a))
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
             if self._emit(s, s.draft.tokens[i]):
@@ -502,7 +510,19 @@ cdef class Controller:
     def n_sequences(self) -> int:
         return self.n_seqs
 
+    @property
+    def policy_state(self) -> dict:
+        """The draft-length policy's estimates (acceptance per position, verify and draft times)."""
+        return self.policy.state()
+
+    @property
+    def draft_log(self) -> list:
+        """With ``record=True``: ``(seq, drafts, n_accepted)`` for every verified draft of
+        the current request, in order."""
+        return list(self._log)
+
     cdef _reset_stats(self):
+        self._log = []
         self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
         self.n_filler = 0
         self.drafted_at.clear()

@@ -6,15 +6,26 @@ cdef class DraftPolicy:
     cdef readonly bint adaptive
     cdef vector[double] t_verify     # EMA of a verify decode of k+1 rows (seconds)
     cdef vector[double] n_verify
+    cdef vector[double] t_draft_cap  # EMA of a drafter call asked for c tokens (seconds)
+    cdef vector[double] n_draft_cap
     cdef vector[double] alpha        # EMA of P(draft i accepted | drafts < i accepted)
     cdef vector[double] n_alpha
-    cdef double t_draft              # EMA of a drafter call (seconds)
+    cdef double t_draft              # EMA of a drafter call (seconds), any cap
     cdef long rounds
     cdef long idle                   # rounds since drafting last paid
-    cdef int current
+    cdef int current                 # drafts verified in the last round
+    cdef int last_cap                # tokens asked of the drafter in the last round
+    cdef bint exploring              # this round verifies the whole proposal
+    cdef long probe_gap              # rounds between probes of a drafter that does not pay
+    cdef long last_probe             # round of the last such probe (0: none yet)
+    cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
+                        double slope) noexcept
     cdef double _t(self, int k) noexcept
+    cdef double _td(self, int c) noexcept
+    cdef double _expected(self, int k) noexcept
     cdef double _rate(self, int k) noexcept
+    cdef int _best_cap(self) noexcept
     cdef int cap(self) noexcept
-    cdef int choose(self, int proposed) noexcept
+    cdef int choose(self, int proposed, double t_drafted) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
-    cdef void observe_draft_time(self, int k, double t) noexcept
+    cdef void observe_draft_time(self, int cap, double t) noexcept

@@ -2,24 +2,39 @@
 # distutils: language = c++
 """Draft length: fixed, or adaptive by measured acceptance and measured cost.
 
-On a CPU a verify batch is not free, and its cost is not even monotonic in the
-number of rows (on gemma3-270m Q4_K_M: 4 rows ~1.8x a single decode, 5 rows
-~2.6x, 8 rows ~2.7x: the matmul kernels tile by 4). So the length that
-maximises acceptance is not the one that maximises speed. The adaptive policy
-keeps, per draft position, the conditional acceptance rate, and per draft length
-the measured verify time; after the drafter has proposed ``L`` tokens it keeps the
-prefix ``k <= L`` with the most expected tokens per second:
+On a CPU neither drafting nor verifying is free. A verify batch of ``k + 1`` rows
+costs more than one row, and not even monotonically (on gemma3-270m Q4_K_M: 4
+rows ~1.8x a single decode, 5 rows ~2.6x, 8 rows ~2.7x: the matmul kernels tile
+by 4). A model drafter (MTP head, draft model) pays a decode per draft token. So
+the length that maximises acceptance is not the one that maximises speed.
 
-    E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i,      rate(k) = E(k) / t_verify(k)
+The adaptive policy keeps, per draft position, the conditional acceptance rate
+``alpha_i``; per draft length the measured verify time ``tv(k)``; and per cap the
+measured time of the drafter call ``td(c)``. The expected tokens of a round that
+verifies ``k`` drafts are
 
-Keeping none is a candidate, so a drafter that does not pay stops being asked
-(probed every 32 rounds); every 8th round verifies the whole proposal so deep
-positions stay measured.
+    E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i
+
+Before drafting it asks the drafter for the cap ``c`` with the best
+``E(c) / (td(c) + tv(c))``, so a costly drafter drafts only what pays; after the
+drafter answered it verifies the prefix ``k`` with the best
+``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
+
+Exploration keeps the estimates honest: every 8th round asks one token past the
+best cap (or the whole ``n_max`` when drafting is nearly free) and verifies all of
+it; every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
+measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
+and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay.
 """
 from libcpp.vector cimport vector
 
 DEF EMA = 0.15
 DEF PRIOR_ALPHA = 0.85
+DEF EXPLORE_EVERY = 8
+DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
+DEF MAX_PROBE_GAP = 256
+DEF PLAIN_EVERY = 64
+DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 
 
 cdef class DraftPolicy:
@@ -29,63 +44,125 @@ cdef class DraftPolicy:
         self.adaptive = adaptive
         self.t_verify = vector[double](n_max + 1, 0.0)
         self.n_verify = vector[double](n_max + 1, 0.0)
+        self.t_draft_cap = vector[double](n_max + 1, 0.0)
+        self.n_draft_cap = vector[double](n_max + 1, 0.0)
         self.alpha = vector[double](n_max + 1, PRIOR_ALPHA)
         self.n_alpha = vector[double](n_max + 1, 0.0)
         self.t_draft = 0.0
         self.rounds = 0
         self.idle = 0
         self.current = n_max
+        self.last_cap = n_max
+        self.exploring = False
+        self.probe_gap = PROBE_EVERY
+        self.last_probe = 0
 
-    cdef double _t(self, int k) noexcept:
-        """Measured verify time for k drafts, else interpolated from measured lengths."""
-        if self.n_verify[k] > 0:
-            return self.t_verify[k]
+    cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
+                        double slope) noexcept:
+        """Measured time at ``k``, else interpolated (or extrapolated) from measured lengths."""
+        if n[k] > 0:
+            return t[k]
         cdef int lo = -1, hi = -1, j
         for j in range(k - 1, -1, -1):
-            if self.n_verify[j] > 0:
+            if n[j] > 0:
                 lo = j
                 break
         for j in range(k + 1, self.n_max + 1):
-            if self.n_verify[j] > 0:
+            if n[j] > 0:
                 hi = j
                 break
         if lo >= 0 and hi >= 0:
-            return self.t_verify[lo] + (self.t_verify[hi] - self.t_verify[lo]) * (k - lo) / (hi - lo)
+            return t[lo] + (t[hi] - t[lo]) * (k - lo) / (hi - lo)
         if lo >= 0:
-            return self.t_verify[lo] * (1.0 + 0.3 * (k - lo))
+            return t[lo] * (1.0 + slope * (k - lo))
         if hi >= 0:
-            return self.t_verify[hi] / (1.0 + 0.3 * (hi - k))
-        return 1.0 + 0.3 * k
+            return t[hi] / (1.0 + slope * (hi - k))
+        return -1.0
 
-    cdef double _rate(self, int k) noexcept:
+    cdef double _t(self, int k) noexcept:
+        """Verify time for ``k`` drafts (``k + 1`` rows)."""
+        cdef double t = self._interp(self.t_verify, self.n_verify, k, 0.3)
+        return t if t >= 0 else 1.0 + 0.3 * k
+
+    cdef double _td(self, int c) noexcept:
+        """Drafter time when asked for ``c`` tokens (0 for ``c == 0``: no call)."""
+        if c <= 0:
+            return 0.0
+        if self.n_draft_cap[c] > 0:
+            return self.t_draft_cap[c]
+        # unmeasured: proportional to the cap from the nearest measured one
+        cdef int j
+        for j in range(1, self.n_max + 1):
+            if c - j >= 1 and self.n_draft_cap[c - j] > 0:
+                return self.t_draft_cap[c - j] * c / (c - j)
+            if c + j <= self.n_max and self.n_draft_cap[c + j] > 0:
+                return self.t_draft_cap[c + j] * c / (c + j)
+        return 0.0
+
+    cdef double _expected(self, int k) noexcept:
         cdef double e = 1.0, p = 1.0
         cdef int i
         for i in range(1, k + 1):
             p *= self.alpha[i]
             e += p
-        return e / self._t(k)
+        return e
+
+    cdef double _rate(self, int k) noexcept:
+        return self._expected(k) / self._t(k)
+
+    cdef int _best_cap(self) noexcept:
+        cdef int c, best = 0
+        cdef double r, best_rate = self._rate(0)
+        for c in range(1, self.n_max + 1):
+            r = self._expected(c) / (self._td(c) + self._t(c))
+            if r > best_rate:
+                best_rate = r
+                best = c
+        return best
 
     cdef int cap(self) noexcept:
         """How many tokens to ask the drafter for this round."""
+        self.exploring = False
         if not self.adaptive or self.n_max == 0:
             return self.n_max
         self.rounds += 1
-        # when no length has beaten plain decoding for a while, stop asking (probe sometimes)
-        if self.idle > 64 and self.rounds % 32 != 0:
+        if self.rounds % PLAIN_EVERY == 2:
+            self.last_cap = 0               # measure what drafting has to beat
             return 0
-        return self.n_max
+        cdef int best = self._best_cap()
+        if best == 0:
+            # drafting does not pay: probe now and then, less often while it keeps not paying
+            if self.rounds - self.last_probe < self.probe_gap:
+                self.last_cap = 0
+                return 0
+            if self.last_probe > 0:
+                self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
+            self.last_probe = self.rounds
+            self.exploring = True
+            best = 1 if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
+        else:
+            self.probe_gap = PROBE_EVERY
+            self.last_probe = 0
+            if self.rounds % EXPLORE_EVERY == 0:
+                self.exploring = True
+                if self._td(self.n_max) < FREE_DRAFT * self._t(0):
+                    best = self.n_max
+                else:
+                    best = min(self.n_max, best + 1)
+        self.last_cap = best
+        return best
 
-    cdef int choose(self, int proposed) noexcept:
-        """The prefix of a proposal worth verifying."""
+    cdef int choose(self, int proposed, double t_drafted) noexcept:
+        """The prefix of a proposal worth verifying, the drafting time being spent."""
         if not self.adaptive or proposed <= 0:
             return proposed
-        if self.rounds % 8 == 0:
+        if self.exploring:
             self.current = proposed
             return proposed
         cdef int k, best = 0
-        cdef double r, best_rate = self._rate(0)
+        cdef double r, best_rate = 1.0 / (t_drafted + self._t(0))
         for k in range(1, proposed + 1):
-            r = self._rate(k)
+            r = self._expected(k) / (t_drafted + self._t(k))
             if r > best_rate:
                 best_rate = r
                 best = k
@@ -111,10 +188,20 @@ cdef class DraftPolicy:
             else:
                 self.idle += 1
 
-    cdef void observe_draft_time(self, int k, double t) noexcept:
+    cdef void observe_draft_time(self, int cap, double t) noexcept:
+        """Time of one drafter call asked for ``cap`` tokens."""
+        if cap <= 0 or cap > self.n_max:
+            return
         self.t_draft += EMA * (t - self.t_draft)
+        if self.n_draft_cap[cap] == 0:
+            self.t_draft_cap[cap] = t
+        else:
+            self.t_draft_cap[cap] += EMA * (t - self.t_draft_cap[cap])
+        self.n_draft_cap[cap] += 1
 
     def state(self) -> dict:
         return {"alpha": [self.alpha[i] for i in range(1, self.n_max + 1)],
                 "t_verify": [self.t_verify[i] for i in range(self.n_max + 1)],
-                "t_draft": self.t_draft, "current": self.current, "idle": self.idle}
+                "t_draft_cap": [self.t_draft_cap[i] for i in range(self.n_max + 1)],
+                "t_draft": self.t_draft, "current": self.current, "cap": self.last_cap,
+                "idle": self.idle}

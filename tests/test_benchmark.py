@@ -166,7 +166,13 @@ def test_matrices_cover_the_issue():
     assert {"llama-bench", "ngram-simple", "ngram-map-k", "ngram-mod", "ngram-cache",
             "draft-simple", "draft-mtp"} <= llama_modes
     small = matrix.override(matrix.select(f, ["mtp-mid"]), reps=1, n_gen=16)
-    assert [c.name for c in small.cases] == ["mtp-mid-90", "mtp-mid-70", "mtp-mid-50"]
+    assert [c.name for c in small.cases] == ["mtp-mid-90", "mtp-mid-70", "mtp-mid-50",
+                                             "mtp-mid-q8_0-90", "mtp-mid-q8_0-70", "mtp-mid-q8_0-50"]
+    assert {c.dtype for c in small.cases} == {"", "q8_0"}
+    # both heads (the target's own, as llama.cpp runs it, and its Q4_0 copy), fixed and adaptive
+    heads = {(x.drafter, x.adaptive) for x in small.cases[0].methods if x.family == "mtp"
+             and x.side == "specdec"}
+    assert heads == {("mtp", False), ("mtp", True), ("mtp:q4_0", False), ("mtp:q4_0", True)}
     assert small.reps == 1 and {c.n_gen for c in small.cases} == {16}
     with pytest.raises(ValueError):
         matrix.select(f, ["no-such-case"])

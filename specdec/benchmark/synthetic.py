@@ -91,13 +91,20 @@ def calibrate(size: str, targets: Sequence[float], n_samples: int = 512, arch: s
     return {t: memo[f"{t}:{n_samples}"] for t in targets}
 
 
-def models(size: str, noises: Dict[float, float], arch: str = "qwen35") -> Dict[float, Path]:
-    """Write (once) one model per accuracy; returns ``{accuracy: path}``."""
-    return {acc: write_once(bench_dir(size) / f"{_prefix(arch)}noise-{noise}.gguf", size=size,
-                            noise=noise, arch=arch)
+def models(size: str, noises: Dict[float, float], arch: str = "qwen35",
+           dtype: str = "") -> Dict[float, Path]:
+    """Write (once) one model per accuracy; returns ``{accuracy: path}``.
+
+    ``dtype`` (e.g. ``"q8_0"``) overrides the size's default weight type; the head noise
+    is calibrated on the float weights, and quantization moves the accuracy by a point or two.
+    """
+    tag = f"-{dtype}" if dtype else ""
+    return {acc: write_once(bench_dir(size) / f"{_prefix(arch)}noise-{noise}{tag}.gguf", size=size,
+                            noise=noise, arch=arch, dtype=dtype or None)
             for acc, noise in noises.items()}
 
 
-def model_for(size: str, accuracy: float, arch: str = "qwen35",
+def model_for(size: str, accuracy: float, arch: str = "qwen35", dtype: str = "",
               log: Callable[[str], None] = print) -> Path:
-    return models(size, calibrate(size, (accuracy,), arch=arch, log=log), arch=arch)[accuracy]
+    return models(size, calibrate(size, (accuracy,), arch=arch, log=log), arch=arch,
+                  dtype=dtype)[accuracy]

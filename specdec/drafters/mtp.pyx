@@ -46,6 +46,7 @@ from .registry import register
 import os
 
 from .._core import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
+from .mtp_head import HEAD_TYPES, derive_mtp_head_gguf
 
 
 cdef inline double _now() noexcept nogil:
@@ -55,7 +56,11 @@ cdef inline double _now() noexcept nogil:
 
 
 cdef class MtpDrafter(Drafter):
-    """``mtp``: draft with the target's MTP head; ``mtp:PATH``: with an MTP-only GGUF.
+    """``mtp``: draft with the target's MTP head; ``mtp:PATH``: with an MTP-only GGUF;
+    ``mtp:q8_0`` / ``mtp:q5_0`` / ``mtp:q4_0``: with a requantized copy of the target's own
+    head (``mtp_head.derive_mtp_head_gguf``, written once into the cache). A draft step
+    reads the whole head, mostly its vocab projection, so a smaller copy drafts faster;
+    the target still verifies every draft, so only acceptance can change, never output.
 
     ``p_min`` stops a draft when the head's probability of its own guess falls
     below it (taken from the Decoder's ``p_min`` unless given here).
@@ -112,7 +117,13 @@ cdef class MtpDrafter(Drafter):
         if tm.arch not in MTP_ARCHS:
             raise ValueError(f"architecture {tm.arch!r} has no MTP graph in llama.cpp: the mtp "
                              "drafter cannot run on it")
-        if self._source is None:
+        src = self._source
+        if isinstance(src, str) and src.lower() in HEAD_TYPES:
+            if tm.n_layer_nextn <= 0:
+                raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers "
+                                 f"to derive a {src} head from")
+            src = str(derive_mtp_head_gguf(tm.path, src.lower()))
+        if src is None:
             self.mtp_model = tm
             if tm.n_layer_nextn <= 0:
                 raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers: "
@@ -121,10 +132,10 @@ cdef class MtpDrafter(Drafter):
                 raise ValueError("the target was loaded with load_mtp=False: load it with "
                                  "Model(path, load_mtp=True) (Decoder does so for drafter='mtp')")
         else:
-            if isinstance(self._source, Model):
-                self.mtp_model = self._source
+            if isinstance(src, Model):
+                self.mtp_model = src
             else:
-                self.mtp_model = Model(os.fspath(self._source), load_mtp=True,
+                self.mtp_model = Model(os.fspath(src), load_mtp=True,
                                        use_extra_bufts=tm.use_extra_bufts)
             m = self.mtp_model
             name = os.path.basename(m.path)
