@@ -451,7 +451,7 @@ cdef class Controller:
         if not filler:
             self.policy.observe(k, a, t_dec)
             if self.record and k > 0:
-                self._log.append((s.id, [s.draft.tokens[i] for i in range(k)], a))
+                self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
             if self._emit(s, s.draft.tokens[i]):
@@ -517,8 +517,8 @@ cdef class Controller:
 
     @property
     def draft_log(self) -> list:
-        """With ``record=True``: ``(seq, drafts, n_accepted)`` for every verified draft of
-        the current request, in order."""
+        """With ``record=True``: ``(seq, pos, drafts, n_accepted)`` for every verified draft of
+        the current request, in order (``pos``: position of the pending token the drafts follow)."""
         return list(self._log)
 
     cdef _reset_stats(self):

@@ -393,8 +393,8 @@ _RE_ACCEPTED = re.compile(r"accepted (\d+)/(\d+) draft tokens")
 
 
 def parse_drafts(log: str) -> list[tuple[list[int], int]]:
-    """The verified drafts in a ``-v`` log of llama-speculative-simple: ``(tokens, accepted)``
-    per round with a draft, in order.
+    """The rounds in a ``-v`` log of llama-speculative-simple: ``(draft tokens, accepted)``
+    per round, in order (``([], 0)`` for a round without a draft).
 
     Each draft step logs its top candidates (``draft candidate 0`` is the token drafted at
     that position); each verification logs ``accepted A/K draft tokens``.
@@ -411,8 +411,7 @@ def parse_drafts(log: str) -> list[tuple[list[int], int]]:
         m = _RE_ACCEPTED.search(line)
         if m:
             a, k = int(m.group(1)), int(m.group(2))
-            if k > 0:
-                rounds.append((cur[:k], a))
+            rounds.append((cur[:k], a))
             cur = []
     return rounds
 
@@ -427,6 +426,7 @@ def run_spec_simple(
     threads: int = 2,
     extra: Sequence[str] = (),
     drafts: bool = False,
+    echo: str | None = None,
 ) -> dict[str, Any]:
     """Greedy speculative generation by ``llama-speculative-simple``.
 
@@ -455,6 +455,8 @@ def run_spec_simple(
     prompt minus its last token was evaluated), ``n_predict`` (tokens produced),
     ``decode_s``, ``n_prompt``, ``prompt_tok_s``, ``n_drafted`` and
     ``n_accepted`` (drafts counted only when their verification is committed).
+    ``echo`` is the prompt as the tool prints it back, when the vocabulary does not
+    round-trip text (e.g. the test vocab, which detokenizes to hex).
     With ``drafts=True`` the tool runs verbose and ``drafts`` lists every verified
     draft with its accepted count (``parse_drafts``); its timings are then not comparable.
     """
@@ -486,7 +488,7 @@ def run_spec_simple(
     if dec is None or enc is None:
         raise RuntimeError(f"llama-speculative-simple: no timing summary in:\n{err[-3000:]}")
     return {
-        "text": _after_prompt(out, prompt, "llama-speculative-simple"),
+        "text": _after_prompt(out, prompt if echo is None else echo, "llama-speculative-simple"),
         "tok_s": float(dec.group(3)),
         "n_predict": int(dec.group(1)),
         "decode_s": float(dec.group(2)),
