@@ -43,7 +43,11 @@ def test_batched_decode_on_quantized_model(gemma):
     single = np.stack(single)
     assert np.isfinite(batched).all()
     assert (batched.argmax(1) == single.argmax(1)).mean() > 0.9
-    assert np.abs(batched - single).max() < 1.0
+    # batched kernels round differently (see exact mode): close, relative to each row's spread
+    # (measured: max 0.3, mean 0.03 of a row's std on an AMD EPYC; garbage would be ~1)
+    diff, scale = np.abs(batched - single), single.std(axis=1)
+    assert (diff.max(axis=1) < 0.5 * scale).all()
+    assert diff.mean() < 0.1 * scale.mean()
 
 
 def test_logits_are_zero_copy_views(gemma):
