@@ -91,6 +91,7 @@ cdef class Controller:
     cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds
     cdef vector[int64_t] drafted_at, accepted_at
     cdef double t_prompt, t_target, t_draft, t_total, t_start
+    cdef double t_sync       # of the last _propose: drafters catching up, not drafting
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
@@ -281,15 +282,19 @@ cdef class Controller:
         return False
 
     cdef int _propose(self, _Seq s, int k_cap) except -1:
+        """Ask the drafters in turn; ``t_sync`` gets the time they spent catching up."""
         cdef Drafter d
         cdef int i
         s.draft.clear()
         s.proposer = -1
+        self.t_sync = 0.0
         if k_cap <= 0:
             return 0
         for i in range(self.n_drafters):
             d = <Drafter> self.drafters[i]
+            d.t_sync = 0.0
             d.propose_c(s.id, s.last, k_cap, s.draft)
+            self.t_sync += d.t_sync
             if <int>s.draft.tokens.size() > k_cap:
                 s.draft.tokens.resize(k_cap)
             if <int>s.draft.tokens.size() >= (self.n_min if self.n_min > 0 else 1):
@@ -321,9 +326,12 @@ cdef class Controller:
             self._propose(s, k_cap)
             t1 = _now() - t1
             self.t_draft += t1
-            if k_cap == k_want:     # a cap cut by the limits is not a sample of td(k_want)
-                self.policy.observe_draft_time(k_cap, t1)
-            s.k = self.policy.choose(s.draft.tokens.size(), t1)
+            # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
+            # without drafts is not a cost of drafting this round (it would stop the drafts
+            # for good: the longer the pause, the dearer the next draft would look)
+            if k_cap == k_want:
+                self.policy.observe_draft_time(k_cap, t1 - self.t_sync)
+            s.k = self.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:

@@ -9,7 +9,8 @@ cdef class DraftPolicy:
     cdef vector[double] t_draft_cap  # EMA of a drafter call asked for c tokens (seconds)
     cdef vector[double] n_draft_cap
     cdef vector[double] alpha        # EMA of P(draft i accepted | drafts < i accepted)
-    cdef vector[double] n_alpha
+    cdef vector[double] n_alpha      # decayed trials of position i
+    cdef vector[double] s_alpha      # decayed acceptances of position i
     cdef double t_draft              # EMA of a drafter call (seconds), any cap
     cdef long rounds
     cdef long idle                   # rounds since drafting last paid
@@ -18,12 +19,15 @@ cdef class DraftPolicy:
     cdef bint exploring              # this round verifies the whole proposal
     cdef long probe_gap              # rounds between probes of a drafter that does not pay
     cdef long last_probe             # round of the last such probe (0: none yet)
+    cdef long n_drafts_seen          # rounds that verified a draft
     cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
                         double slope) noexcept
     cdef double _t(self, int k) noexcept
     cdef double _td(self, int c) noexcept
     cdef double _expected(self, int k) noexcept
     cdef double _rate(self, int k) noexcept
+    cdef double _expected_ucb(self, int k) noexcept
+    cdef int _probe_cap(self) noexcept
     cdef int _best_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept

@@ -9,7 +9,8 @@ by 4). A model drafter (MTP head, draft model) pays a decode per draft token. So
 the length that maximises acceptance is not the one that maximises speed.
 
 The adaptive policy keeps, per draft position, the conditional acceptance rate
-``alpha_i``; per draft length the measured verify time ``tv(k)``; and per cap the
+``alpha_i`` (decayed counts with a prior worth 4 trials, so one early miss does not
+switch a good drafter off); per draft length the measured verify time ``tv(k)``; and per cap the
 measured time of the drafter call ``td(c)``. The expected tokens of a round that
 verifies ``k`` drafts are
 
@@ -24,15 +25,21 @@ Exploration keeps the estimates honest: every 8th round asks one token past the
 best cap (or the whole ``n_max`` when drafting is nearly free) and verifies all of
 it; every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
-and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay.
+and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay;
+a probe asks for the cap that would pay best if every ``alpha_i`` were at its upper
+confidence bound (``alpha_i + 1/sqrt(trials_i)``).
 """
+from libc.math cimport sqrt
 from libcpp.vector cimport vector
 
-DEF EMA = 0.15
+DEF EMA = 0.15            # time averages
 DEF PRIOR_ALPHA = 0.85
+DEF PRIOR_N = 4.0          # the prior counts as this many trials of each position
+DEF DECAY = 0.98           # acceptance forgets old trials (an effective window of ~50)
 DEF EXPLORE_EVERY = 8
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
+DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF PLAIN_EVERY = 64
 DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 
@@ -48,6 +55,7 @@ cdef class DraftPolicy:
         self.n_draft_cap = vector[double](n_max + 1, 0.0)
         self.alpha = vector[double](n_max + 1, PRIOR_ALPHA)
         self.n_alpha = vector[double](n_max + 1, 0.0)
+        self.s_alpha = vector[double](n_max + 1, 0.0)
         self.t_draft = 0.0
         self.rounds = 0
         self.idle = 0
@@ -56,6 +64,7 @@ cdef class DraftPolicy:
         self.exploring = False
         self.probe_gap = PROBE_EVERY
         self.last_probe = 0
+        self.n_drafts_seen = 0
 
     cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
                         double slope) noexcept:
@@ -107,6 +116,26 @@ cdef class DraftPolicy:
             e += p
         return e
 
+    cdef double _expected_ucb(self, int k) noexcept:
+        """E(k) with each alpha at its optimistic bound: what a probe hopes to find."""
+        cdef double e = 1.0, p = 1.0, a
+        cdef int i
+        for i in range(1, k + 1):
+            a = self.alpha[i] + 1.0 / sqrt(self.n_alpha[i] + PRIOR_N)
+            p *= a if a < 1.0 else 1.0
+            e += p
+        return e
+
+    cdef int _probe_cap(self) noexcept:
+        cdef int c, best = 1
+        cdef double r, best_rate = -1.0
+        for c in range(1, self.n_max + 1):
+            r = self._expected_ucb(c) / (self._td(c) + self._t(c))
+            if r > best_rate:
+                best_rate = r
+                best = c
+        return best
+
     cdef double _rate(self, int k) noexcept:
         return self._expected(k) / self._t(k)
 
@@ -132,14 +161,16 @@ cdef class DraftPolicy:
         cdef int best = self._best_cap()
         if best == 0:
             # drafting does not pay: probe now and then, less often while it keeps not paying
-            if self.rounds - self.last_probe < self.probe_gap:
+            # ... but not before a few drafts were measured: a cold first decode must not
+            # switch a good drafter off for the next 16 rounds
+            if self.n_drafts_seen >= MIN_TRIALS and self.rounds - self.last_probe < self.probe_gap:
                 self.last_cap = 0
                 return 0
-            if self.last_probe > 0:
+            if self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
             self.last_probe = self.rounds
             self.exploring = True
-            best = 1 if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
+            best = self._probe_cap() if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
         else:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
@@ -180,9 +211,11 @@ cdef class DraftPolicy:
         self.n_verify[k] += 1
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
-            self.alpha[i] += EMA * ((1.0 if i <= a else 0.0) - self.alpha[i])
-            self.n_alpha[i] += 1
+            self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
+            self.s_alpha[i] = DECAY * self.s_alpha[i] + (1.0 if i <= a else 0.0)
+            self.alpha[i] = (self.s_alpha[i] + PRIOR_ALPHA * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
         if k > 0:
+            self.n_drafts_seen += 1
             if a > 0 and self._rate(k) > self._rate(0):
                 self.idle = 0
             else:

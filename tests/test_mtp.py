@@ -117,9 +117,11 @@ def test_greedy_equals_plain_short(bigram, arch, n_max, noise):
         assert set(d.counts) == {n_max}
     else:
         assert 0.1 < st.acceptance_rate < 0.95
-    # one MTP decode per draft token: the catch-up never costs a decode of its own
+    # one MTP decode per draft token: a round's catch-up never costs a decode of its own; only
+    # the prompt's (more rows than a round leaves) is decoded apart, so the draft steps' time
+    # stays a measure of drafting for the adaptive policy
     c = d.counters()
-    assert c["flushes"] == 0 and c["decodes"] == st.drafted
+    assert c["flushes"] == 1 and c["decodes"] == st.drafted + 1
 
 
 @pytest.mark.slow

@@ -21,6 +21,8 @@ cdef class Drafter:
     cdef readonly Context target
     cdef vector[vector[int32_t]] hist   # per sequence: prompt + accepted tokens
     cdef bint _py_observe, _py_accept, _py_begin, _py_reset
+    cdef double t_sync                  # seconds of the last propose_c spent catching up with
+                                        # history rather than drafting (the policy leaves it out)
 
     cdef int _grow(self, int seq) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
