@@ -22,8 +22,9 @@ drafter answered it verifies the prefix ``k`` with the best
 ``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
 
 Exploration keeps the estimates honest: every 8th round asks one token past the
-best cap (or the whole ``n_max`` when drafting is nearly free) and verifies all of
-it; every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
+best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
+least measured length of the answer (every length gets measured: interpolating a
+non-monotonic cost misleads); every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay;
 a probe asks for the cap that would pay best if every ``alpha_i`` were at its upper
@@ -187,10 +188,16 @@ cdef class DraftPolicy:
         """The prefix of a proposal worth verifying, the drafting time being spent."""
         if not self.adaptive or proposed <= 0:
             return proposed
-        if self.exploring:
-            self.current = proposed
-            return proposed
         cdef int k, best = 0
+        if self.exploring:
+            # the least measured length: verify cost is not monotonic in the rows (kernels
+            # tile by 4), so no length's cost may be left to interpolation for long
+            best = proposed
+            for k in range(proposed - 1, 0, -1):
+                if self.n_verify[k] < self.n_verify[best]:
+                    best = k
+            self.current = best
+            return best
         cdef double r, best_rate = 1.0 / (t_drafted + self._t(0))
         for k in range(1, proposed + 1):
             r = self._expected(k) / (t_drafted + self._t(k))
