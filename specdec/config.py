@@ -81,5 +81,9 @@ class SpecConfig:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
         if self.n_max > 64:
             raise ValueError(f"n_max must be at most 64, got {self.n_max}")
+        if self.n_min > self.n_max:
+            # a draft shorter than n_min is dropped and none is longer than n_max: such a
+            # decoder would never draft (and a huge n_min overflowed the controller's int)
+            raise ValueError(f"n_min must be at most n_max={self.n_max}, got {self.n_min}")
         if not 0.0 <= self.p_min <= 1.0:
             raise ValueError(f"p_min must be in [0, 1], got {self.p_min}")

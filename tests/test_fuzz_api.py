@@ -271,3 +271,13 @@ def test_fuzz_decoder_options(n, setup, tiny_dense_path):
 
     case()
     _ran("options", n)
+
+
+def test_n_min_past_n_max_is_refused(setup):
+    """Found by the long run (2,500 cases): ``n_min=2**31`` built a Decoder whose first
+    ``generate`` raised OverflowError in the controller; an n_min above n_max never drafts."""
+    model, ref = setup
+    for n_min in (2 ** 31, 5):
+        with pytest.raises(ValueError, match="n_min must be at most n_max"):
+            Decoder(model, drafter="ngram", n_max=4, n_min=n_min)
+    assert Decoder(model, drafter="ngram", n_max=4, n_min=4).generate(REF_PROMPT, max_tokens=4).tokens == ref[:4]
