@@ -26,8 +26,6 @@ cdef class DraftPolicy:
     cdef double _td(self, int c) noexcept
     cdef double _expected(self, int k) noexcept
     cdef double _rate(self, int k) noexcept
-    cdef double _expected_ucb(self, int k) noexcept
-    cdef int _probe_cap(self) noexcept
     cdef int _best_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept

@@ -26,11 +26,9 @@ best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
 least measured length of the answer (every length gets measured: interpolating a
 non-monotonic cost misleads); every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
-and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay;
-a probe asks for the cap that would pay best if every ``alpha_i`` were at its upper
-confidence bound (``alpha_i + 1/sqrt(trials_i)``).
+and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
+(a costly drafter with one token, a free one with all it has).
 """
-from libc.math cimport sqrt
 from libcpp.vector cimport vector
 
 DEF EMA = 0.15            # time averages
@@ -117,26 +115,6 @@ cdef class DraftPolicy:
             e += p
         return e
 
-    cdef double _expected_ucb(self, int k) noexcept:
-        """E(k) with each alpha at its optimistic bound: what a probe hopes to find."""
-        cdef double e = 1.0, p = 1.0, a
-        cdef int i
-        for i in range(1, k + 1):
-            a = self.alpha[i] + 1.0 / sqrt(self.n_alpha[i] + PRIOR_N)
-            p *= a if a < 1.0 else 1.0
-            e += p
-        return e
-
-    cdef int _probe_cap(self) noexcept:
-        cdef int c, best = 1
-        cdef double r, best_rate = -1.0
-        for c in range(1, self.n_max + 1):
-            r = self._expected_ucb(c) / (self._td(c) + self._t(c))
-            if r > best_rate:
-                best_rate = r
-                best = c
-        return best
-
     cdef double _rate(self, int k) noexcept:
         return self._expected(k) / self._t(k)
 
@@ -171,7 +149,9 @@ cdef class DraftPolicy:
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
             self.last_probe = self.rounds
             self.exploring = True
-            best = self._probe_cap() if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
+            # a costly drafter is probed with one token (alpha_1 decides whether any draft
+            # pays); a free one with everything it has
+            best = 1 if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
         else:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
