@@ -3,6 +3,7 @@
 Each test prints its measured figure (run with ``-s`` to see them).
 """
 import _thread
+import signal
 import threading
 import time
 import warnings
@@ -16,6 +17,16 @@ from specdec.drafters.guard import DrafterFaultWarning, GuardedDrafter
 
 PROMPTS = ["Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
            "The days of the week are Monday, Tuesday, Wednesday,"]
+
+
+@pytest.fixture
+def sigint():
+    """Python's Ctrl-C handler, whatever this process inherited: a job started in the
+    background by a non-interactive shell (as CI may be) ignores SIGINT, and then
+    ``_thread.interrupt_main`` does nothing."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +148,7 @@ def test_gil_released_in_decode_and_drafting(gemma):
 
 
 @pytest.mark.parametrize("delay", [0.05, 0.3, 0.8])
-def test_keyboard_interrupt_in_stream(gemma, refs, delay):
+def test_keyboard_interrupt_in_stream(gemma, refs, delay, sigint):
     dec = Decoder(gemma, drafter="ngram", n_max=4, n_ctx=512, n_threads=1)
     timer = threading.Timer(delay, _thread.interrupt_main)
     pieces = []
@@ -157,7 +168,7 @@ def test_keyboard_interrupt_in_stream(gemma, refs, delay):
           "decoder's output")
 
 
-def test_keyboard_interrupt_in_generate(gemma, refs):
+def test_keyboard_interrupt_in_generate(gemma, refs, sigint):
     """Ctrl-C reaches a long generate between rounds, not only when it ends."""
     dec = Decoder(gemma, drafter="ngram", n_max=4, n_ctx=1024, n_threads=1)
     timer = threading.Timer(0.5, _thread.interrupt_main)

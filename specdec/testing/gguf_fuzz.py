@@ -588,11 +588,14 @@ def run(bases: Sequence[str], cases: int, *, seed: int = 0, batch: int = 200,
         while i < cases:
             n = min(batch, cases - i)
             cmd = [sys.executable, "-m", "specdec.testing.gguf_fuzz", "--child", "--seed", str(seed),
-                   "--start", str(i), "--count", str(n), "--workdir", work, *bases]
+                   "--start", str(i), "--count", str(n), "--workdir", work,
+                   *(os.path.abspath(b) for b in bases)]
             if not precheck:
                 cmd.append("--no-precheck")
             try:
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                # run in the work dir: ``-m`` puts the cwd first on sys.path, and a source
+                # checkout there (CI runs from the repo root) would shadow the installed package
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
                                    errors="replace", env=dict(os.environ, GGML_NO_BACKTRACE="1"))
                 out, err, rc = p.stdout, p.stderr, p.returncode
             except subprocess.TimeoutExpired as e:
