@@ -146,7 +146,9 @@ def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
             y = c.speedup(m)
             marker = "s" if meta.adaptive else "o"
             ax.scatter([x], [y], color=COLORS.get(meta.side, "gray"), marker=marker)
-            ax.annotate(f"{case.split('-')[-1]}% {m.split(' ', 1)[1]}", (x, y), fontsize=6)
+            parts = case.split("-")
+            tag = "".join(f"{t} " for t in parts[1:-1] if t not in ("mid", "tiny"))
+            ax.annotate(f"{tag}{parts[-1]}% {m.split(' ', 1)[1]}", (x, y), fontsize=6)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_xlabel("acceptance (accepted / drafted)")
     ax.set_ylabel("speedup over own plain decoding")
