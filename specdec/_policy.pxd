@@ -8,23 +8,20 @@ cdef class DraftPolicy:
     cdef vector[double] n_verify
     cdef vector[double] t_draft_cap  # EMA of a drafter call asked for c tokens (seconds)
     cdef vector[double] n_draft_cap
-    cdef vector[double] alpha        # EMA of P(draft i accepted | drafts < i accepted)
-    cdef vector[double] n_alpha      # decayed trials of position i
-    cdef vector[double] s_alpha      # decayed acceptances of position i
-    cdef double t_draft              # EMA of a drafter call (seconds), any cap
+    cdef vector[double] n_alpha      # decayed trials of draft position i
+    cdef vector[double] s_alpha      # decayed acceptances of draft position i
     cdef long rounds
-    cdef long idle                   # rounds since drafting last paid
     cdef int current                 # drafts verified in the last round
     cdef int last_cap                # tokens asked of the drafter in the last round
-    cdef bint exploring              # this round verifies the whole proposal
+    cdef bint exploring              # this round verifies the least measured length
     cdef long probe_gap              # rounds between probes of a drafter that does not pay
     cdef long last_probe             # round of the last such probe (0: none yet)
     cdef long n_drafts_seen          # rounds that verified a draft
-    cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
-                        double slope) noexcept
     cdef double _t(self, int k) noexcept
     cdef double _td(self, int c) noexcept
+    cdef double _alpha(self, int i) noexcept
     cdef double _expected(self, int k) noexcept
+    cdef bint _free(self) noexcept
     cdef double _rate(self, int k) noexcept
     cdef int _best_cap(self) noexcept
     cdef int cap(self) noexcept

@@ -52,12 +52,9 @@ cdef class DraftPolicy:
         self.n_verify = vector[double](n_max + 1, 0.0)
         self.t_draft_cap = vector[double](n_max + 1, 0.0)
         self.n_draft_cap = vector[double](n_max + 1, 0.0)
-        self.alpha = vector[double](n_max + 1, PRIOR_ALPHA)
         self.n_alpha = vector[double](n_max + 1, 0.0)
         self.s_alpha = vector[double](n_max + 1, 0.0)
-        self.t_draft = 0.0
         self.rounds = 0
-        self.idle = 0
         self.current = n_max
         self.last_cap = n_max
         self.exploring = False
@@ -65,32 +62,27 @@ cdef class DraftPolicy:
         self.last_probe = 0
         self.n_drafts_seen = 0
 
-    cdef double _interp(self, const vector[double] & t, const vector[double] & n, int k,
-                        double slope) noexcept:
-        """Measured time at ``k``, else interpolated (or extrapolated) from measured lengths."""
-        if n[k] > 0:
-            return t[k]
+    cdef double _t(self, int k) noexcept:
+        """Verify time for ``k`` drafts (``k + 1`` rows): measured, else interpolated from
+        the measured lengths (or extrapolated, +30% a row)."""
+        if self.n_verify[k] > 0:
+            return self.t_verify[k]
         cdef int lo = -1, hi = -1, j
         for j in range(k - 1, -1, -1):
-            if n[j] > 0:
+            if self.n_verify[j] > 0:
                 lo = j
                 break
         for j in range(k + 1, self.n_max + 1):
-            if n[j] > 0:
+            if self.n_verify[j] > 0:
                 hi = j
                 break
         if lo >= 0 and hi >= 0:
-            return t[lo] + (t[hi] - t[lo]) * (k - lo) / (hi - lo)
+            return self.t_verify[lo] + (self.t_verify[hi] - self.t_verify[lo]) * (k - lo) / (hi - lo)
         if lo >= 0:
-            return t[lo] * (1.0 + slope * (k - lo))
+            return self.t_verify[lo] * (1.0 + 0.3 * (k - lo))
         if hi >= 0:
-            return t[hi] / (1.0 + slope * (hi - k))
-        return -1.0
-
-    cdef double _t(self, int k) noexcept:
-        """Verify time for ``k`` drafts (``k + 1`` rows)."""
-        cdef double t = self._interp(self.t_verify, self.n_verify, k, 0.3)
-        return t if t >= 0 else 1.0 + 0.3 * k
+            return self.t_verify[hi] / (1.0 + 0.3 * (hi - k))
+        return 1.0 + 0.3 * k
 
     cdef double _td(self, int c) noexcept:
         """Drafter time when asked for ``c`` tokens (0 for ``c == 0``: no call)."""
@@ -107,13 +99,21 @@ cdef class DraftPolicy:
                 return self.t_draft_cap[c + j] * c / (c + j)
         return 0.0
 
+    cdef double _alpha(self, int i) noexcept:
+        """P(draft i accepted | drafts < i accepted): decayed counts plus the prior."""
+        return (self.s_alpha[i] + PRIOR_ALPHA * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
+
     cdef double _expected(self, int k) noexcept:
         cdef double e = 1.0, p = 1.0
         cdef int i
         for i in range(1, k + 1):
-            p *= self.alpha[i]
+            p *= self._alpha(i)
             e += p
         return e
+
+    cdef bint _free(self) noexcept:
+        """Whether drafting is nearly free (the full cap costs < 5% of a plain round)."""
+        return self._td(self.n_max) < FREE_DRAFT * self._t(0)
 
     cdef double _rate(self, int k) noexcept:
         return self._expected(k) / self._t(k)
@@ -151,16 +151,13 @@ cdef class DraftPolicy:
             self.exploring = True
             # a costly drafter is probed with one token (alpha_1 decides whether any draft
             # pays); a free one with everything it has
-            best = 1 if self._td(self.n_max) >= FREE_DRAFT * self._t(0) else self.n_max
+            best = self.n_max if self._free() else 1
         else:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
             if self.rounds % EXPLORE_EVERY == 0:
                 self.exploring = True
-                if self._td(self.n_max) < FREE_DRAFT * self._t(0):
-                    best = self.n_max
-                else:
-                    best = min(self.n_max, best + 1)
+                best = self.n_max if self._free() else min(self.n_max, best + 1)
         self.last_cap = best
         return best
 
@@ -200,19 +197,13 @@ cdef class DraftPolicy:
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
             self.s_alpha[i] = DECAY * self.s_alpha[i] + (1.0 if i <= a else 0.0)
-            self.alpha[i] = (self.s_alpha[i] + PRIOR_ALPHA * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
         if k > 0:
             self.n_drafts_seen += 1
-            if a > 0 and self._rate(k) > self._rate(0):
-                self.idle = 0
-            else:
-                self.idle += 1
 
     cdef void observe_draft_time(self, int cap, double t) noexcept:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        self.t_draft += EMA * (t - self.t_draft)
         if self.n_draft_cap[cap] == 0:
             self.t_draft_cap[cap] = t
         else:
@@ -220,8 +211,7 @@ cdef class DraftPolicy:
         self.n_draft_cap[cap] += 1
 
     def state(self) -> dict:
-        return {"alpha": [self.alpha[i] for i in range(1, self.n_max + 1)],
+        return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
                 "t_verify": [self.t_verify[i] for i in range(self.n_max + 1)],
                 "t_draft_cap": [self.t_draft_cap[i] for i in range(self.n_max + 1)],
-                "t_draft": self.t_draft, "current": self.current, "cap": self.last_cap,
-                "idle": self.idle}
+                "current": self.current, "cap": self.last_cap}

@@ -92,14 +92,13 @@ MTP_HEADS = ("mtp", "mtp:q4_0")
 
 
 def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
-              arch: str = "qwen35", dtype: str = "",
-              llama_n_max: Optional[Tuple[int, ...]] = None) -> Case:
-    """specdec and llama.cpp's draft-mtp at each fixed ``n_max`` (llama.cpp's own list when
-    given: each side at its best), plus specdec's adaptive policy."""
+              arch: str = "qwen35", dtype: str = "") -> Case:
+    """specdec (both heads) and llama.cpp's draft-mtp at each fixed ``n_max``, plus specdec's
+    adaptive policy."""
     methods = [PLAIN, LLAMA_PLAIN]
     for head in MTP_HEADS:
         methods += [_s("mtp", head, n) for n in n_max_list]
-    methods += [Method(LLAMA_CPP, "mtp", "draft-mtp", n) for n in (llama_n_max or n_max_list)]
+    methods += [Method(LLAMA_CPP, "mtp", "draft-mtp", n) for n in n_max_list]
     methods += [_s("mtp", head, 4, adaptive=True) for head in MTP_HEADS]
     tag = "mtp-moe" if arch != "qwen35" else "mtp"
     name = f"{tag}-{size}{'-' + dtype if dtype else ''}-{round(acc * 100)}"

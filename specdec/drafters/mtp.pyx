@@ -339,9 +339,11 @@ cdef class MtpDrafter(Drafter):
         if self.n_heads > 1:
             return self._propose_chain(seq, last, n_max, out)
         cdef double t0
-        if self.batch.b.n_tokens > n_max + 1:
-            # more queued than a round leaves behind (rounds went by without drafts): catch
-            # up on its own, so the draft steps' time stays a measure of drafting
+        # a round leaves at most n_max + 1 rows per sequence queued (the configured n_max:
+        # the cap of this call may be shorter); more means rounds went by without drafts
+        # (or a prompt came in): catch up on its own, so the draft steps' time stays a
+        # measure of drafting for the adaptive policy
+        if self.batch.b.n_tokens > <int>self.n_sync.size() * (max(n_max, self._n_max_cfg) + 1):
             t0 = _now()
             self._flush()
             self.t_sync = _now() - t0
