@@ -416,6 +416,10 @@ def parse_drafts(log: str) -> list[tuple[list[int], int]]:
     return rounds
 
 
+#: extra runs of a reference tool whose log lost its tail (see run_spec_simple)
+_LOST_LOG_RETRIES = 3
+
+
 def run_spec_simple(
     model: str | os.PathLike[str],
     prompt: str,
@@ -478,15 +482,23 @@ def run_spec_simple(
         f.write(prompt.encode() + b"\n")
         f.flush()
         cmd += ["-f", f.name, *extra] + (["-v"] if drafts else [])
-        res = subprocess.run(cmd, capture_output=True)
-    _check(res, cmd)
-    err = res.stderr.decode(errors="replace")
+        # llama.cpp's logger writes from a thread and is never flushed at exit (common/log.cpp
+        # leaks it on purpose), so a run can lose the tail of its log, timing summary included:
+        # seen with -v in about 1 of 20 runs. The log is in order, so a run whose summary
+        # arrived lost nothing before it; a run without one is run again.
+        for attempt in range(_LOST_LOG_RETRIES + 1):
+            res = subprocess.run(cmd, capture_output=True)
+            _check(res, cmd)
+            err = res.stderr.decode(errors="replace")
+            dec, enc = _RE_DECODED.search(err), _RE_ENCODED.search(err)
+            if dec is not None and enc is not None:
+                break
+        else:
+            raise RuntimeError(f"llama-speculative-simple: no timing summary in "
+                               f"{_LOST_LOG_RETRIES + 1} runs; the last ended:\n{err[-3000:]}")
     out = res.stdout.decode(errors="replace")
     # stdout is "\n\n" + prompt echo + generation + "\n\n" + "\n\n" (two LOG("\n\n") at the end)
     out = out[:-4] if out.endswith("\n\n\n\n") else out
-    dec, enc = _RE_DECODED.search(err), _RE_ENCODED.search(err)
-    if dec is None or enc is None:
-        raise RuntimeError(f"llama-speculative-simple: no timing summary in:\n{err[-3000:]}")
     return {
         "text": _after_prompt(out, prompt if echo is None else echo, "llama-speculative-simple"),
         "tok_s": float(dec.group(3)),
