@@ -387,6 +387,21 @@ cdef class Controller:
                 return 0
         return 0
 
+    cdef inline int _ready(self, _Seq s, int a, int k, int n_ready) noexcept nogil:
+        """Have the logits of verify row ``a`` computed; returns how many rows are.
+
+        With the lazy LM head (``Context(lazy_logits=True)``) the first pass computes
+        two rows, which costs about one (a pass reads the whole head once; a second
+        row rides along in cache), and a second pass the rest once both were accepted:
+        an early rejection pays for one pass, a long run for two instead of k+1 rows.
+        Without the lazy head this is a no-op.
+        """
+        if a < n_ready:
+            return n_ready
+        cdef int c = min(2, k + 1) if n_ready == 0 else k + 1 - n_ready
+        self.ctx.prepare_logits_c(s.row0 + n_ready, c)
+        return n_ready + c
+
     cdef int _verify(self, _Seq s, double t_dec) except -1:
         cdef int a = 0, i, k = s.k
         cdef int32_t y, x
@@ -399,8 +414,10 @@ cdef class Controller:
             if not self.ctx.seq_rm_c(s.id, s.n_past + 1, -1):
                 raise RuntimeError("could not drop the padding row")
         # accept the longest agreeing prefix
+        cdef int n_ready = 0
         if self.greedy:
             while True:
+                n_ready = self._ready(s, a, k, n_ready)
                 y = self._sample(s, s.row0 + a)
                 if a < k and s.draft.tokens[a] == y:
                     a += 1
@@ -409,6 +426,7 @@ cdef class Controller:
         else:
             y = -1
             while a < k:
+                n_ready = self._ready(s, a, k, n_ready)
                 self.dist.from_logits(self.ctx.logits_c(s.row0 + a), self.model.n_vocab, self.sp)
                 x = s.draft.tokens[a]
                 px = self.dist.prob_of(x)

@@ -8,7 +8,7 @@ from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libcpp.vector cimport vector
 from ._llama cimport (
     llama_model, llama_vocab, llama_context, llama_memory_t, llama_batch,
-    llama_token, llama_pos, llama_seq_id,
+    llama_token, llama_pos, llama_seq_id, sd_lm_head,
 )
 
 
@@ -68,6 +68,9 @@ cdef class Context:
     cdef bint _needs_rs_guard
     cdef int _busy
     cdef bint _interrupt
+    cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
+    cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
+    cdef vector[int32_t] _out_row   # batch index -> output row of the last decode
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept
@@ -76,6 +79,7 @@ cdef class Context:
     cdef int _row_index(self, int i, str what) except -1
     cdef int decode_c(self, Batch batch) except -1
     cdef float * logits_c(self, int i) noexcept nogil
+    cdef void prepare_logits_c(self, int i0, int n) noexcept nogil
     cdef float * nextn_c(self, int i) noexcept nogil
     cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil

@@ -642,11 +642,13 @@ cdef class Context:
         self.ctx = NULL
         self._busy = 0
         self._interrupt = False
+        self._head = new sd_lm_head()
+        self._lazy = False
 
     def __init__(self, Model model not None, *, n_ctx=4096, n_batch=512, n_ubatch=None,
                  n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0,
                  nextn=None, flash_attn=None, swa_full=True, kv_unified=None,
-                 n_outputs_max=0):
+                 n_outputs_max=0, bint lazy_logits=False):
         if self.ctx != NULL:
             raise RuntimeError("Context is already initialised")
         model._alive()
@@ -677,6 +679,9 @@ cdef class Context:
         if nextn not in (None, "masked", "dense"):
             raise ValueError(f"nextn must be None, 'masked' or 'dense', got {nextn!r}")
         is_mtp = kind == "mtp"
+        if lazy_logits and (is_mtp or nextn is not None or model.is_recurrent or model.is_hybrid):
+            raise ValueError("lazy_logits is for attention-only target contexts without nextn "
+                             "hidden states (recurrent/hybrid batches are reordered by sequence)")
         if is_mtp or nextn is not None:
             self._check_mtp_model(model, is_mtp)
         if n_rs_seq > 0:
@@ -709,6 +714,11 @@ cdef class Context:
             p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.abort_callback = _abort_cb
         p.abort_callback_data = <void *> &self._interrupt
+        if lazy_logits:
+            self._head.enabled = True
+            self._head.n_threads = n_threads
+            p.cb_eval = sd_lm_head_cb
+            p.cb_eval_user_data = <void *> self._head
         _clear_recent()
         with nogil:
             self.ctx = llama_init_from_model(model.model, p)
@@ -745,6 +755,8 @@ cdef class Context:
             self.ctx = NULL
             if self.model is not None:
                 self.model._n_contexts -= 1
+        del self._head
+        self._head = NULL
 
     def close(self):
         """Free llama.cpp's context now (views of its outputs become invalid)."""
@@ -808,6 +820,8 @@ cdef class Context:
             raise ValueError(f"mode must be None, 'masked' or 'dense', got {mode!r}")
         if mode is not None:
             self._check_mtp_model(self.model, False)
+            if self._head.enabled:
+                raise ValueError("nextn hidden states and lazy_logits do not go together")
         # llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on an MTP context is
         # only right when every row is an output; "dense" is right for mixed batches
         if self.is_mtp and mode is None:
@@ -838,6 +852,19 @@ cdef class Context:
         _check_threads(n_threads, nb)
         llama_set_n_threads(self.ctx, n_threads, nb)
         self.n_threads = n_threads
+        self._head.n_threads = n_threads
+
+    @property
+    def lazy_logits(self) -> str:
+        """The lazy LM head: ``"off"``, ``"pending"`` (enabled, the first decode finds the
+        output weight), ``"on"``, or why it cannot run on this model."""
+        if not self._head.enabled:
+            return "off"
+        if self._head.state == 0:
+            return "pending"
+        if self._head.state == 1:
+            return "on"
+        return "unavailable: " + self._head.why.decode()
 
     def interrupt(self):
         """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``."""
@@ -883,6 +910,15 @@ cdef class Context:
                     raise ContextFullError(f"position {p} of sequence {s} is past the context "
                                            f"size n_ctx={self.n_ctx_seq}")
                 seq_ntok[s] += 1
+        # the lazy LM head stops the graph at the norm; it needs the outputs in batch order,
+        # i.e. one ubatch (split_simple keeps the order within it) of a single sequence
+        cdef int n_seqs_in = 0
+        for s in range(self.n_seq_max):
+            n_seqs_in += seq_ntok[s] > 0
+        self._head.active = (self._head.enabled and self._head.state == 1 and n <= self.n_ubatch
+                             and n_seqs_in == 1)
+        sd_lm_head_begin(self._head)
+        self._lazy = False
         self._enter()
         cdef int32_t rc
         try:
@@ -905,8 +941,30 @@ cdef class Context:
             raise DecodeError(f"llama_decode failed ({rc})" + (f": {why}" if why else ""))
         self._last_n_tokens = n
         self._last_out.resize(n)
+        self._out_row.resize(n)
+        k = 0
         for i in range(n):
             self._last_out[i] = batch.b.logits[i]
+            self._out_row[i] = k if batch.b.logits[i] else -1
+            k += batch.b.logits[i] != 0
+        if self._head.enabled and self._head.state == 1 and self._head.n_vocab != n_vocab:
+            self._head.state = -1
+            self._head.why = b"the output weight's rows are not the vocabulary"
+        if self._head.active:
+            if self._head.captured and self._head.n_rows == k:
+                self._lazy = True
+                sd_lm_head_end(self._head)
+            elif self._head.captured:
+                # the graph stopped at the norm but its rows are not the outputs: nothing
+                # holds this decode's logits; never seen (one ubatch, one sequence)
+                self._head.state = -1
+                self._head.why = b"result_norm rows differ from the outputs"
+                self._last_n_tokens = 0
+                raise DecodeError(f"lazy LM head: {self._head.n_rows} norm rows for {k} outputs; "
+                                  "lazy logits are now off, decode again")
+            else:   # no result_norm node: the graph ran on, llama.cpp's logits stand
+                self._head.state = -1
+                self._head.why = b"the graph has no result_norm node"
         for s in range(self.n_seq_max):
             self._rs_budget[s] = min(self.n_rs_seq, seq_ntok[s] - 1) if seq_ntok[s] > 0 else 0
         return 0
@@ -918,7 +976,32 @@ cdef class Context:
     cdef float * logits_c(self, int i) noexcept nogil:
         if i < 0 or i >= self._last_n_tokens or not self._last_out[i]:
             return NULL
+        cdef int r
+        if self._lazy:
+            r = self._out_row[i]
+            if not self._head.done[r]:
+                sd_lm_head_compute(self._head, r, r + 1)
+            return self._head.logits.data() + <size_t>r * self.n_vocab
         return llama_get_logits_ith(self.ctx, i)
+
+    cdef void prepare_logits_c(self, int i0, int n) noexcept nogil:
+        """Compute the logits of batch rows ``i0 .. i0+n-1`` in one pass (lazy head only)."""
+        if not self._lazy or n <= 0 or i0 < 0 or i0 + n > self._last_n_tokens:
+            return
+        cdef int r0 = -1, r1 = -1, i
+        for i in range(i0, i0 + n):
+            if self._out_row[i] >= 0:
+                if r0 < 0:
+                    r0 = self._out_row[i]
+                r1 = self._out_row[i] + 1
+        if r0 >= 0:
+            sd_lm_head_compute(self._head, r0, r1)
+
+    def prepare_logits(self, int i0, int n):
+        """Compute the logits of ``n`` rows from batch index ``i0`` at once: with
+        ``lazy_logits`` one pass over the LM head serves them all; otherwise a no-op."""
+        self._alive()
+        self.prepare_logits_c(i0, n)
 
     cdef float * nextn_c(self, int i) noexcept nogil:
         if self._nextn == 0 or i < 0 or i >= self._last_n_tokens:

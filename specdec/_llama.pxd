@@ -6,6 +6,7 @@ typed methods, so that one static copy of llama.cpp lives in the process.
 """
 from libc.stdint cimport int8_t, int32_t, uint32_t, uint64_t, uint8_t
 from libcpp cimport bool as cbool
+from libcpp.vector cimport vector
 
 cdef extern from "ggml.h" nogil:
     enum ggml_log_level:
@@ -17,6 +18,9 @@ cdef extern from "ggml.h" nogil:
         GGML_LOG_LEVEL_CONT
     ctypedef void (*ggml_log_callback)(ggml_log_level level, const char * text, void * user_data) noexcept nogil
     ctypedef cbool (*ggml_abort_callback)(void * data) noexcept nogil
+    struct ggml_tensor:
+        pass
+    ctypedef cbool (*ggml_backend_sched_eval_callback)(ggml_tensor * t, cbool ask, void * user_data) noexcept nogil
 
 cdef extern from "llama.h" nogil:
     ctypedef int32_t llama_pos
@@ -89,6 +93,8 @@ cdef extern from "llama.h" nogil:
         int32_t n_threads_batch
         llama_context_type ctx_type
         llama_flash_attn_type flash_attn_type
+        ggml_backend_sched_eval_callback cb_eval
+        void * cb_eval_user_data
         ggml_abort_callback abort_callback
         void * abort_callback_data
         cbool embeddings
@@ -203,3 +209,23 @@ cdef extern from "llama-ext.h" nogil:
     void llama_set_nextn_layer_offset(llama_context * ctx, int32_t offset)
     float * llama_get_embeddings_nextn(llama_context * ctx)
     float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
+
+
+cdef extern from "_lm_head.h" nogil:
+    # the lazy LM head (see _lm_head.h)
+    cppclass sd_lm_head:
+        cbool enabled
+        cbool active
+        int n_threads
+        int state
+        const char * why
+        long long n_embd
+        long long n_vocab
+        int n_rows
+        cbool captured
+        vector[float] logits
+        vector[uint8_t] done
+    cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept
+    void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
+    void sd_lm_head_begin(sd_lm_head * h)
+    void sd_lm_head_end(sd_lm_head * h)

@@ -72,6 +72,13 @@ class Decoder:
     raised error or a garbage draft into plain rounds instead of a ``DrafterError``;
     either fault switches that drafter off for the rest of the request, with a
     ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
+
+    ``lazy_logits`` (default: on wherever it can run, i.e. attention-only targets
+    without MTP hidden states) stops each decode at the final norm and computes a
+    row's logits only when verification reaches it, all rows of a pass sharing one
+    read of the LM head: a rejected draft no longer pays for the vocabulary
+    projection of the rows after it. Each row's logits are bit-identical to a
+    one-row LM head's for the same hidden state (``specdec/_lm_head.h``).
     """
 
     def __init__(
@@ -93,6 +100,7 @@ class Decoder:
         check: bool = False,
         drafter_timeout: Optional[float] = None,
         on_drafter_error: str = "raise",
+        lazy_logits: Optional[bool] = None,
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
@@ -117,11 +125,13 @@ class Decoder:
         nextn = None
         for d in self.drafters:
             nextn = getattr(d, "target_nextn", None) or nextn
+        if lazy_logits is None:
+            lazy_logits = not recurrent and nextn is None
         self.ctx = Context(
             self.model, n_ctx=n_ctx, n_batch=max(n_batch, n_seq_max * (n_max_eff + 1)),
             n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
             n_rs_seq=max(n_max_eff, int(self.exact)) if recurrent and (n_max_eff or self.exact) else 0,
-            nextn=nextn)
+            nextn=nextn, lazy_logits=bool(lazy_logits))
         for d in self.drafters:
             d.bind(self.ctx, n_seq_max)
         self.check = bool(check)

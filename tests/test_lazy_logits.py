@@ -1,0 +1,106 @@
+"""The lazy LM head (``Context(lazy_logits=True)``): the decode stops at the final norm and
+each row's logits are computed when asked, with ggml's own one-row kernels."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specdec import Batch, Context, Decoder, Model
+
+PROMPT = "The capital of France is Paris. The capital of Germany is"
+
+
+def _decode(ctx: Context, tokens, pos0: int, outputs) -> None:
+    b = Batch(max(8, len(tokens)))
+    for i, t in enumerate(tokens):
+        b.add(t, pos0 + i, 0, i in outputs)
+    ctx.decode(b)
+
+
+def _pair(model: Model):
+    plain = Context(model, n_ctx=256, n_batch=64, n_threads=2)
+    lazy = Context(model, n_ctx=256, n_batch=64, n_threads=2, lazy_logits=True)
+    return plain, lazy
+
+
+@pytest.mark.parametrize("which", ["tiny_dense", "gemma"])
+def test_rows_equal_llama_logits(request, which):
+    """One row: bit-identical to llama.cpp's (the same vec_dot path); several rows: the
+    same argmax, and equal within the batched kernels' rounding."""
+    model = request.getfixturevalue(which)
+    plain, lazy = _pair(model)
+    assert lazy.lazy_logits == "pending" and plain.lazy_logits == "off"
+    toks = model.tokenize(PROMPT)[:40]
+    n = len(toks)
+    for c in (plain, lazy):
+        _decode(c, toks, 0, {n - 1})
+    assert lazy.lazy_logits == "on"     # the first decode found the output weight
+    np.testing.assert_array_equal(plain.logits(-1), lazy.logits(-1))  # a normal decode
+    for c in (plain, lazy):
+        _decode(c, [toks[3]], n, {0})
+    np.testing.assert_array_equal(plain.logits(0), lazy.logits(0))
+    draft = [toks[5], toks[6], toks[7], toks[1], toks[2]]
+    for c in (plain, lazy):
+        c.seq_rm(0, n, -1)
+        _decode(c, draft, n, {0, 1, 2, 4})     # row 3 is not an output
+    lazy.prepare_logits(0, 2)                 # some rows in one pass, the others on demand
+    for i in (4, 0, 2, 1):
+        a, b = plain.logits(i), lazy.logits(i)
+        assert a.shape == b.shape == (model.n_vocab,)
+        assert int(a.argmax()) == int(b.argmax())
+        np.testing.assert_allclose(a, b, atol=1e-3 * float(a.std()) + 1e-5)
+    with pytest.raises(IndexError):
+        lazy.logits(3)
+
+
+def test_several_sequences_fall_back(tiny_dense):
+    """A batch of two sequences runs llama.cpp's head (the norm rows could be reordered)."""
+    model = tiny_dense
+    plain = Context(model, n_ctx=256, n_batch=64, n_threads=2, n_seq_max=2)
+    lazy = Context(model, n_ctx=256, n_batch=64, n_threads=2, n_seq_max=2, lazy_logits=True)
+    toks = model.tokenize(PROMPT)[:12]
+    for c in (plain, lazy):
+        b = Batch(64, n_seq_max=2)
+        for s in (0, 1):
+            for i, t in enumerate(toks[s:]):
+                b.add(t, i, s, True)
+        c.decode(b)
+        c.prepare_logits(0, 4)
+    for i in range(2 * len(toks) - 1):
+        np.testing.assert_array_equal(plain.logits(i), lazy.logits(i))
+
+
+def test_refused_where_it_cannot_run(tiny_qwen35):
+    with pytest.raises(ValueError, match="lazy_logits"):
+        Context(tiny_qwen35, n_ctx=256, lazy_logits=True, n_rs_seq=2)
+    with pytest.raises(ValueError, match="lazy_logits"):
+        Context(tiny_qwen35, n_ctx=256, kind="mtp", lazy_logits=True)
+
+
+def test_decoder_uses_it_where_it_can(tiny_dense, tiny_qwen35):
+    assert Decoder(tiny_dense, drafter="ngram").ctx.lazy_logits == "pending"
+    assert Decoder(tiny_dense, lazy_logits=False).ctx.lazy_logits == "off"
+    assert Decoder(tiny_qwen35, drafter="mtp").ctx.lazy_logits == "off"
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "suffix"])
+def test_greedy_output_unchanged(gemma_path, drafter):
+    """Speculative greedy output with the lazy head equals plain output with llama.cpp's
+    head, in exact mode (batch-invariant kernels) token for token."""
+    prompt = ("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n"
+              "def fib2(n):\n    return")
+    ref = Decoder(gemma_path, exact=True, lazy_logits=False).generate(prompt, max_tokens=48)
+    dec = Decoder(gemma_path, drafter=drafter, n_max=6, exact=True)
+    out = dec.generate(prompt, max_tokens=48)
+    assert dec.ctx.lazy_logits == "on"
+    assert out.tokens == ref.tokens
+    assert out.stats.drafted > 0 and out.stats.accepted > 0
+
+
+def test_sampled_output_unchanged(gemma_path):
+    """Sampled verification reads the same distributions: same seed, same tokens."""
+    kw = dict(max_tokens=32, sampling={"temperature": 0.8, "seed": 7})
+    prompt = "Once upon a time, in a small village,"
+    a = Decoder(gemma_path, drafter="ngram", exact=True, lazy_logits=False).generate(prompt, **kw)
+    b = Decoder(gemma_path, drafter="ngram", exact=True).generate(prompt, **kw)
+    assert a.tokens == b.tokens
