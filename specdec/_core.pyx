@@ -866,6 +866,15 @@ cdef class Context:
             return "on"
         return "unavailable: " + self._head.why.decode()
 
+    @property
+    def lazy_logits_kernel(self) -> str:
+        """The lazy head's kernel: ``"fused-q8_0"`` (a Q8_0 head, every hidden row of a pass
+        per weight row, checked bit-identical to ggml's vec_dot at first use), ``"vec_dot"``
+        (ggml's own, per row pair), or ``""`` before the first lazy decode's logits."""
+        if self._head.state != 1 or (self._head.is_q8_0 and self._head.fused == 0):
+            return ""
+        return "fused-q8_0" if self._head.is_q8_0 and self._head.fused == 1 else "vec_dot"
+
     def interrupt(self):
         """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``."""
         self._interrupt = True

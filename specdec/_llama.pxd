@@ -223,6 +223,8 @@ cdef extern from "_lm_head.h" nogil:
         long long n_vocab
         int n_rows
         cbool captured
+        int fused
+        cbool is_q8_0
         vector[float] logits
         vector[uint8_t] done
     cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept

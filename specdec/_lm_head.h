@@ -31,6 +31,87 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define SD_FUSED_Q8_0 1
+// A Q8_0 weight row against up to SD_FUSED_ROWS hidden rows at once: the same instructions,
+// in the same order, as ggml's x86 ggml_vec_dot_q8_0_q8_0 (arch/x86/quants.c, same ISA macros)
+// for each pair, so each logit is bit-identical; the weight block is loaded, its absolute
+// value and scale computed once for all rows. Checked against vec_dot at first use.
+#define SD_FUSED_ROWS 8
+struct sd_block_q8_0 { uint16_t d; int8_t qs[32]; };
+static_assert(sizeof(sd_block_q8_0) == 34, "block_q8_0 layout");
+
+static inline float sd_hsum_float_8(const __m256 x) {
+    __m128 res = _mm256_extractf128_ps(x, 1);
+    res = _mm_add_ps(res, _mm256_castps256_ps128(x));
+    res = _mm_add_ps(res, _mm_movehl_ps(res, res));
+    res = _mm_add_ss(res, _mm_movehdup_ps(res));
+    return _mm_cvtss_f32(res);
+}
+
+static inline __m256 sd_mul_sum_i8_pairs_float(const __m256i x, const __m256i ax, const __m256i y) {
+#if __AVXVNNIINT8__
+    (void) ax;
+    return _mm256_cvtepi32_ps(_mm256_dpbssd_epi32(_mm256_setzero_si256(), x, y));
+#else
+    const __m256i sy = _mm256_sign_epi8(y, x);
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy));
+#elif defined(__AVXVNNI__)
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), ax, sy));
+#else
+    const __m256i dot = _mm256_maddubs_epi16(ax, sy);
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_set1_epi16(1), dot));
+#endif
+#endif
+}
+
+// out[j][v] for v in [v0, v1), j < NR; ys[j] are Q8_0 rows of nb blocks, yd their scales as
+// fp32 (fp16 -> fp32 is exact, so converting once changes no bit). NR is a template argument
+// so that the accumulators stay in registers.
+template <int NR>
+static void sd_fused_q8_0_n(const char * w, size_t w_row, int64_t v0, int64_t v1, int nb,
+                            const void * const * ys, const float * yd, float * const * out) {
+    for (int64_t v = v0; v < v1; ++v) {
+        const sd_block_q8_0 * x = (const sd_block_q8_0 *) (w + (size_t) v * w_row);
+        __m256 acc[NR];
+        for (int j = 0; j < NR; ++j) acc[j] = _mm256_setzero_ps();
+        for (int ib = 0; ib < nb; ++ib) {
+            const float xd = _cvtsh_ss(x[ib].d);
+            const __m256i qx = _mm256_loadu_si256((const __m256i *) x[ib].qs);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            for (int j = 0; j < NR; ++j) {
+                const sd_block_q8_0 * y = (const sd_block_q8_0 *) ys[j] + ib;
+                const __m256 d = _mm256_set1_ps(xd * yd[(size_t) j * nb + ib]);
+                const __m256i qy = _mm256_loadu_si256((const __m256i *) y->qs);
+                acc[j] = _mm256_fmadd_ps(d, sd_mul_sum_i8_pairs_float(qx, ax, qy), acc[j]);
+            }
+        }
+        for (int j = 0; j < NR; ++j) out[j][v] = sd_hsum_float_8(acc[j]);
+    }
+}
+
+// out[j][v] for v in [v0, v1), j < nr (nr <= SD_FUSED_ROWS); ys[j] are Q8_0 rows of n
+static void sd_fused_q8_0(const char * w, size_t w_row, int64_t v0, int64_t v1, int n,
+                          const void * const * ys, float * const * out, int nr) {
+    const int nb = n / 32;
+    std::vector<float> yd((size_t) nr * nb);
+    for (int j = 0; j < nr; ++j)
+        for (int ib = 0; ib < nb; ++ib) yd[(size_t) j * nb + ib] = _cvtsh_ss(((const sd_block_q8_0 *) ys[j])[ib].d);
+    switch (nr) {
+        case 1: sd_fused_q8_0_n<1>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 2: sd_fused_q8_0_n<2>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 3: sd_fused_q8_0_n<3>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 4: sd_fused_q8_0_n<4>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 5: sd_fused_q8_0_n<5>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 6: sd_fused_q8_0_n<6>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        case 7: sd_fused_q8_0_n<7>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+        default: sd_fused_q8_0_n<8>(w, w_row, v0, v1, nb, ys, yd.data(), out); break;
+    }
+}
+#endif
+
 struct sd_lm_head {
     // set by the owner
     bool enabled = false;   // stop decodes at the norm when we can
@@ -46,6 +127,8 @@ struct sd_lm_head {
     ggml_from_float_t from_float = nullptr;
     ggml_vec_dot_t vec_dot = nullptr;
     size_t q_row = 0;       // bytes per quantized hidden row
+    int fused = 0;          // fused Q8_0 kernel: 0 untested, 1 bit-identical to vec_dot, -1 off
+    bool is_q8_0 = false;
     // outputs of the last active decode
     int n_rows = 0;         // hidden rows captured
     bool captured = false;
@@ -83,6 +166,7 @@ static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
     h->vec_dot = tw->vec_dot;
     h->from_float = tw->vec_dot_type == GGML_TYPE_F32 ? nullptr : tq->from_float;
     h->q_row = ggml_row_size(tw->vec_dot_type, w->ne[0]);
+    h->is_q8_0 = w->type == GGML_TYPE_Q8_0 && tw->vec_dot_type == GGML_TYPE_Q8_0;
     h->state = 1;
 }
 
@@ -124,20 +208,50 @@ static void sd_lm_head_compute(sd_lm_head * h, int r0, int r1) {
         if (h->from_float) h->from_float(x, h->q.data() + (size_t) r * q_row, n_embd);
     }
     const int nr = (int) rows.size();
-    auto work = [&](int64_t v0, int64_t v1) {
-        std::vector<const void *> xs(nr);
-        std::vector<float *> outs(nr);
-        for (int j = 0; j < nr; ++j) {
-            xs[j] = h->from_float ? (const void *) (h->q.data() + (size_t) rows[j] * q_row)
-                                  : (const void *) (h->hidden.data() + (size_t) rows[j] * n_embd);
-            outs[j] = h->logits.data() + (size_t) rows[j] * n_vocab;
-        }
+    std::vector<const void *> xs(nr);
+    std::vector<float *> outs(nr);
+    for (int j = 0; j < nr; ++j) {
+        xs[j] = h->from_float ? (const void *) (h->q.data() + (size_t) rows[j] * q_row)
+                              : (const void *) (h->hidden.data() + (size_t) rows[j] * n_embd);
+        outs[j] = h->logits.data() + (size_t) rows[j] * n_vocab;
+    }
+    auto vec_dot_rows = [&](int64_t v0, int64_t v1) {
         for (int64_t v = v0; v < v1; ++v) {
             const void * wr = h->w_data + (size_t) v * h->w_row;
             for (int j = 0; j < nr; ++j) {
                 h->vec_dot((int) n_embd, outs[j] + v, 0, wr, 0, xs[j], 0, 1);
             }
         }
+    };
+#ifdef SD_FUSED_Q8_0
+    if (h->is_q8_0 && h->fused == 0) {
+        // first use: the fused kernel must give vec_dot's bits exactly, else it stays off
+        const int64_t m = n_vocab < 256 ? n_vocab : 256;
+        std::vector<float> a((size_t) m), b((size_t) m);
+        float * pa = a.data();
+        h->fused = 1;
+        for (int j = 0; j < nr && h->fused == 1; ++j) {
+            sd_fused_q8_0(h->w_data, h->w_row, 0, m, (int) n_embd, &xs[j], &pa, 1);
+            for (int64_t v = 0; v < m; ++v) h->vec_dot((int) n_embd, &b[v], 0, h->w_data + (size_t) v * h->w_row, 0, xs[j], 0, 1);
+            if (memcmp(a.data(), b.data(), (size_t) m * sizeof(float)) != 0) h->fused = -1;
+        }
+    }
+    const bool fused = h->is_q8_0 && h->fused == 1;
+#else
+    const bool fused = false;
+#endif
+    auto work = [&](int64_t v0, int64_t v1) {
+#ifdef SD_FUSED_Q8_0
+        if (fused) {
+            for (int j0 = 0; j0 < nr; j0 += SD_FUSED_ROWS) {
+                const int c = nr - j0 < SD_FUSED_ROWS ? nr - j0 : SD_FUSED_ROWS;
+                sd_fused_q8_0(h->w_data, h->w_row, v0, v1, (int) n_embd, xs.data() + j0, outs.data() + j0, c);
+            }
+            return;
+        }
+#endif
+        (void) fused;
+        vec_dot_rows(v0, v1);
     };
     const int nt = h->n_threads > 1 ? h->n_threads : 1;
     const int64_t chunk = (n_vocab + nt - 1) / nt;

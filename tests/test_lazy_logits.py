@@ -104,3 +104,20 @@ def test_sampled_output_unchanged(gemma_path):
     a = Decoder(gemma_path, drafter="ngram", exact=True, lazy_logits=False).generate(prompt, **kw)
     b = Decoder(gemma_path, drafter="ngram", exact=True).generate(prompt, **kw)
     assert a.tokens == b.tokens
+
+
+def test_rows_of_one_pass_equal_rows_alone(gemma):
+    """The fused Q8_0 kernel (every row of a pass per weight row) gives each row the bits
+    of ggml's vec_dot: nine rows in one pass equal nine one-row passes."""
+    together, alone = (Context(gemma, n_ctx=256, n_batch=64, n_threads=2, lazy_logits=True)
+                       for _ in range(2))
+    toks = gemma.tokenize(PROMPT)
+    n = len(toks)
+    for c in (together, alone):
+        _decode(c, toks, 0, {n - 1})
+        _decode(c, [1000 + 7 * i for i in range(9)], n, set(range(9)))
+    together.prepare_logits(0, 9)
+    assert together.lazy_logits_kernel in ("fused-q8_0", "vec_dot")
+    for i in range(9):
+        alone.prepare_logits(i, 1)
+        np.testing.assert_array_equal(together.logits(i), alone.logits(i))
