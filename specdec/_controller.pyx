@@ -96,7 +96,7 @@ cdef class Controller:
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
                  float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False,
-                 bint unsafe_accept_all=False, bint record=False):
+                 bint unsafe_accept_all=False, bint record=False, DraftPolicy policy=None):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
         if n_max < 0 or n_min < 0:
@@ -149,7 +149,11 @@ cdef class Controller:
                 raise ValueError("stop strings must not be empty")
             self.stops.push_back(b)
         self.dist = Distribution()
-        self.policy = DraftPolicy(n_max, 0.0, adaptive)
+        # a policy passed in keeps what it learnt (Decoder reuses one across its requests)
+        if policy is not None and policy.n_max == n_max and policy.adaptive == adaptive:
+            self.policy = policy
+        else:
+            self.policy = DraftPolicy(n_max, 0.0, adaptive)
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
         self.seqs = []
         self.n_seqs = 0
@@ -535,6 +539,11 @@ cdef class Controller:
     @property
     def n_sequences(self) -> int:
         return self.n_seqs
+
+    @property
+    def policy(self) -> DraftPolicy:
+        """The draft-length policy (pass it to the next Controller to keep what it learnt)."""
+        return self.policy
 
     @property
     def policy_state(self) -> dict:

@@ -5,7 +5,7 @@ import codecs
 import os
 import threading
 import weakref
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._controller import Controller
 from ._core import ContextBusyError, Context, Model
@@ -137,6 +137,7 @@ class Decoder:
         self.check = bool(check)
         self._lock = threading.Lock()
         self._controller: Optional[Controller] = None
+        self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
 
     def __repr__(self) -> str:
@@ -151,11 +152,17 @@ class Decoder:
         return list(prompt)
 
     def _controller_for(self, sampling: Sampling, stops: List[str]) -> Controller:
-        return Controller(
+        # the adaptive policy learns over this decoder's requests (greedy and sampled
+        # verification accept differently, so each keeps its own)
+        greedy = sampling.temperature <= 0.0
+        ctl = Controller(
             self.ctx, self.drafters, n_max=self.spec.n_max if self.drafters else 0,
             n_min=self.spec.n_min, adaptive=self.spec.adaptive,
             temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-            min_p=sampling.min_p, stop=stops, check=self.check, exact=self.exact)
+            min_p=sampling.min_p, stop=stops, check=self.check, exact=self.exact,
+            policy=self._policies.get(greedy))
+        self._policies[greedy] = ctl.policy
+        return ctl
 
     def _begin(self, prompts: List[Prompt], max_tokens: int, sampling, stop) -> Controller:
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:

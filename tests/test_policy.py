@@ -77,3 +77,23 @@ def test_a_costly_drafter_is_asked_for_the_length_that_pays(bigram):
     # runs of at most 2 accepted tokens: asking for 8 wastes 5+ paid tokens per round
     assert d.asked / d.calls < 5, f"asked {d.asked / d.calls:.1f} tokens per call"
 
+
+
+def test_decoder_keeps_its_policy_across_requests(tiny_dense_path):
+    """What the adaptive policy measured in one request is there in the next (a fresh policy
+    per request re-learnt, and re-paid for, its probes every time); greedy and sampled
+    verification accept differently and keep a policy each."""
+    from specdec import Decoder
+    dec = Decoder(tiny_dense_path, drafter="ngram", n_max=4, adaptive=True)
+    prompt = "one two three four one two three four one two three"
+    dec.generate(prompt, max_tokens=24)
+    greedy = dec._policies[True]
+    learnt = greedy.state()
+    assert any(t > 0 for t in learnt["t_verify"])
+    dec.generate(prompt, max_tokens=24)
+    assert dec._policies[True] is greedy
+    dec.generate(prompt, max_tokens=8, sampling={"temperature": 0.7, "seed": 1})
+    assert dec._policies[False] is not greedy
+    fixed = Decoder(tiny_dense_path, drafter="ngram", n_max=4)
+    fixed.generate(prompt, max_tokens=8)
+    assert not fixed._policies[True].adaptive
