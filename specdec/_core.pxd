@@ -63,14 +63,13 @@ cdef class Context:
     cdef int _nextn             # 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens
-    cdef vector[int8_t] _last_out
     cdef vector[int32_t] _rs_budget  # per seq: how far the last decode can still be rolled back
     cdef bint _needs_rs_guard
     cdef int _busy
     cdef bint _interrupt
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
-    cdef vector[int32_t] _out_row   # batch index -> output row of the last decode
+    cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept

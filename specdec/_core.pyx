@@ -938,7 +938,7 @@ cdef class Context:
             self._leave()
         if rc != 0:
             self._last_n_tokens = 0
-            self._last_out.clear()
+            self._out_row.clear()
             for s in range(self.n_seq_max):
                 self._rs_budget[s] = 0
             if rc == 1:
@@ -949,11 +949,9 @@ cdef class Context:
             why = _recent_errors()
             raise DecodeError(f"llama_decode failed ({rc})" + (f": {why}" if why else ""))
         self._last_n_tokens = n
-        self._last_out.resize(n)
         self._out_row.resize(n)
         k = 0
         for i in range(n):
-            self._last_out[i] = batch.b.logits[i]
             self._out_row[i] = k if batch.b.logits[i] else -1
             k += batch.b.logits[i] != 0
         if self._head.enabled and self._head.state == 1 and self._head.n_vocab != n_vocab:
@@ -983,7 +981,7 @@ cdef class Context:
         self.decode_c(batch)
 
     cdef float * logits_c(self, int i) noexcept nogil:
-        if i < 0 or i >= self._last_n_tokens or not self._last_out[i]:
+        if i < 0 or i >= self._last_n_tokens or self._out_row[i] < 0:
             return NULL
         cdef int r
         if self._lazy:
@@ -1015,7 +1013,7 @@ cdef class Context:
     cdef float * nextn_c(self, int i) noexcept nogil:
         if self._nextn == 0 or i < 0 or i >= self._last_n_tokens:
             return NULL
-        if self._nextn == 1 and not self._last_out[i]:
+        if self._nextn == 1 and self._out_row[i] < 0:
             return NULL
         return llama_get_embeddings_nextn_ith(self.ctx, i)
 
@@ -1026,7 +1024,7 @@ cdef class Context:
         if not 0 <= i < self._last_n_tokens:
             raise IndexError(f"batch index {i} out of range for the last decode "
                              f"({self._last_n_tokens} tokens)")
-        if what == "logits" and not self._last_out[i]:
+        if what == "logits" and self._out_row[i] < 0:
             raise IndexError(f"batch index {i} was not marked for output")
         return i
 
@@ -1058,7 +1056,7 @@ cdef class Context:
         if self._nextn == 1:
             rows = 0
             for i in range(self._last_n_tokens):
-                rows += self._last_out[i] != 0
+                rows += self._out_row[i] >= 0
         if rows == 0:
             raise IndexError("the last decode produced no nextn rows")
         cdef float * p = llama_get_embeddings_nextn(self.ctx)

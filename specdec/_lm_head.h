@@ -183,7 +183,8 @@ static bool sd_lm_head_cb(ggml_tensor * t, bool ask, void * user_data) {
         return h->active && strcmp(t->name, "result_norm") == 0;
     }
     // result_norm is computed: keep its rows, end the graph here
-    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || t->ne[0] != h->n_embd || h->captured) {
+    if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || t->ne[0] != h->n_embd || h->captured ||
+        t->buffer == nullptr || !ggml_backend_buffer_is_host(t->buffer)) {
         return true;  // not what we expect: let the graph run on (the owner sees captured == false)
     }
     const int rows = (int) (t->ne[1] * t->ne[2] * t->ne[3]);

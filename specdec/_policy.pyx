@@ -43,6 +43,12 @@ DEF PLAIN_EVERY = 64
 DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 
 
+cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
+    """A time sample ``x`` into the EMA ``t[i]`` (its first sample taken as is); ``n[i]`` counts."""
+    t[i] = x if n[i] == 0 else t[i] + EMA * (x - t[i])
+    n[i] += 1
+
+
 cdef class DraftPolicy:
 
     def __init__(self, int n_max, float p_min=0.0, bint adaptive=False):
@@ -188,11 +194,7 @@ cdef class DraftPolicy:
         cdef int i
         if k > self.n_max or k < 0:
             return
-        if self.n_verify[k] == 0:
-            self.t_verify[k] = t_dec
-        else:
-            self.t_verify[k] += EMA * (t_dec - self.t_verify[k])
-        self.n_verify[k] += 1
+        _ema(self.t_verify, self.n_verify, k, t_dec)
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
@@ -204,11 +206,7 @@ cdef class DraftPolicy:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        if self.n_draft_cap[cap] == 0:
-            self.t_draft_cap[cap] = t
-        else:
-            self.t_draft_cap[cap] += EMA * (t - self.t_draft_cap[cap])
-        self.n_draft_cap[cap] += 1
+        _ema(self.t_draft_cap, self.n_draft_cap, cap, t)
 
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
