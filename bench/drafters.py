@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence
 
 import specdec
 
+from specdec.benchmark.runner import forget_texts
 from .llama_tools import ensure_tools, run_spec_simple
 from .prompts import Prompt, all_prompts
 
@@ -56,7 +57,7 @@ SPECDEC_METHODS: Dict[str, dict] = {
     "ngram adaptive": dict(drafter="ngram", n_max=8, adaptive=True),
     "suffix n3": dict(drafter="suffix", n_max=3),
     "suffix n7": dict(drafter="suffix", n_max=7),
-    "suffix adaptive": dict(drafter="suffix", n_max=8, adaptive=True),
+    "suffix adaptive": dict(drafter="suffix", n_max=16, adaptive=True),
     "ngram-map adaptive": dict(drafter="ngram-map", n_max=8, adaptive=True),
     "ngram-cache adaptive": dict(drafter="ngram-cache", n_max=8, adaptive=True),
 }
@@ -95,6 +96,7 @@ def run(prompts: Optional[List[Prompt]] = None, methods: Optional[List[str]] = N
         rows.append(Row("specdec plain", p.name, p.category, plain.stats.tokens_per_s))
         log(f"{p.name}: plain {plain.stats.tokens_per_s:.1f} tok/s")
         for name, dec in decs.items():
+            forget_texts(dec)      # each prompt from nothing, as llama.cpp's tools run it
             r = dec.generate(p.text, max_tokens=n_gen)
             rows.append(Row(f"specdec {name}", p.name, p.category, r.stats.tokens_per_s,
                             r.stats.drafted, r.stats.accepted, _prefix_match(r.tokens, plain.tokens)))

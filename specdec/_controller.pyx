@@ -58,6 +58,9 @@ cdef class _Seq:
     cdef int proposer      # index of the drafter that made the current draft, -1 none
     cdef int row0          # batch index of ``last`` in the current verify batch
     cdef int k             # drafts in the current verify batch
+    cdef bint asked        # this round asked the drafters for tokens
+    cdef double t_asked    # ... and spent this long drafting (catch-up left out)
+    cdef double pred_e, pred_t   # the policy's prediction for the round
 
 
 cdef class Controller:
@@ -336,6 +339,10 @@ cdef class Controller:
             if k_cap == k_want:
                 self.policy.observe_draft_time(k_cap, t1 - self.t_sync)
             s.k = self.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
+            # a catch-up after plain rounds is the price of switching, not of a drafting
+            # round: calibrating with it would keep a paying drafter off after every pause
+            s.asked, s.t_asked = k_cap > 0, t1 - self.t_sync
+            s.pred_e, s.pred_t = self.policy.pred_e, self.policy.pred_t
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:
@@ -407,6 +414,7 @@ cdef class Controller:
         return n_ready + c
 
     cdef int _verify(self, _Seq s, double t_dec) except -1:
+        cdef double t_v = _now()
         cdef int a = 0, i, k = s.k
         cdef int32_t y, x
         cdef float px, qx
@@ -454,6 +462,9 @@ cdef class Controller:
         if a < k:
             if not self.ctx.seq_rm_c(s.id, keep, -1):
                 raise RuntimeError(f"rollback of sequence {s.id} to {keep} refused by llama.cpp")
+        # what the policy weighs is the whole verification: the decode, the lazy head's
+        # passes (with gemma's 262k vocab as costly per row as the trunk) and the rollback
+        t_v = t_dec + _now() - t_v
         self.scratch.clear()
         self.scratch.push_back(s.last)
         for i in range(a):
@@ -479,7 +490,9 @@ cdef class Controller:
                 if i < a:
                     self.accepted_at[i] += 1
         if not filler:
-            self.policy.observe(k, a, t_dec)
+            self.policy.observe(k, a, t_v)
+            if s.asked:
+                self.policy.observe_round(s.pred_e, s.pred_t, a + 1, s.t_asked + t_v)
             if self.record and k > 0:
                 self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens

@@ -17,6 +17,10 @@ cdef class DraftPolicy:
     cdef long probe_gap              # rounds between probes of a drafter that does not pay
     cdef long last_probe             # round of the last such probe (0: none yet)
     cdef long n_drafts_seen          # rounds that verified a draft
+    # calibration: decayed sums of what drafting rounds yielded and cost, measured and as
+    # the model predicted them (catch-up decodes and other costs the model leaves out)
+    cdef double cal_tok, cal_t, cal_tok_pred, cal_t_pred, cal_n
+    cdef readonly double pred_e, pred_t  # the last choose(): expected tokens, round time
     cdef double _t(self, int k) noexcept
     cdef double _td(self, int c) noexcept
     cdef double _alpha(self, int i) noexcept
@@ -24,7 +28,11 @@ cdef class DraftPolicy:
     cdef bint _free(self) noexcept
     cdef double _rate(self, int k) noexcept
     cdef int _best_cap(self) noexcept
+    cdef int _probe_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
+    cdef double _calib(self) noexcept
+    cdef void _predict(self, int k, double t_drafted) noexcept
+    cdef void observe_round(self, double pred_e, double pred_t, int tokens, double t) noexcept
     cdef void observe_draft_time(self, int cap, double t) noexcept

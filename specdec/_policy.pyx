@@ -10,24 +10,33 @@ the length that maximises acceptance is not the one that maximises speed.
 
 The adaptive policy keeps, per draft position, the conditional acceptance rate
 ``alpha_i`` (decayed counts with a prior worth 4 trials, so one early miss does not
-switch a good drafter off); per draft length the measured verify time ``tv(k)``; and per cap the
+switch a good drafter off; the prior of position i > 1 is the estimate at i - 1); per draft length the measured verify time ``tv(k)`` (the
+decode, the lazy LM head's passes and the rollback); and per cap the
 measured time of the drafter call ``td(c)``. The expected tokens of a round that
 verifies ``k`` drafts are
 
     E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i
 
 Before drafting it asks the drafter for the cap ``c`` with the best
-``E(c) / (td(c) + tv(c))``, so a costly drafter drafts only what pays; after the
+``E(c) / (td(c) + tv(c))``, so a costly drafter drafts only what pays, and drafts at
+all only when that beats plain decoding by 4% (near break-even the noise of the
+estimates would decide, and each wrong choice costs); after the
 drafter answered it verifies the prefix ``k`` with the best
 ``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
+
+What the model gets wrong (averages over unlike rounds, acceptance estimates that
+lag) is measured instead: the drafting rates are scaled
+by the ratio of the token rate drafting rounds really had to the one the model
+predicted for them.
 
 Exploration keeps the estimates honest: every 8th round asks one token past the
 best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
 least measured length of the answer (every length gets measured: interpolating a
-non-monotonic cost misleads); every 64th round is a plain one, so ``tv(0)`` (the cost drafting must beat) is
+non-monotonic cost misleads); every 64th round (every 8th until four were measured) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
-(a costly drafter with one token, a free one with all it has).
+(a free drafter with all it has, a costly one with the cap that would pay best if
+deeper drafts were accepted as often as the first).
 """
 from libcpp.vector cimport vector
 
@@ -40,12 +49,21 @@ DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the
 DEF MAX_PROBE_GAP = 256
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF PLAIN_EVERY = 64
-DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
+DEF FREE_DRAFT = 0.05
+DEF MARGIN = 0.04         # drafting must promise this much over plain decoding     # drafting "nearly free": the full cap costs < 5% of a plain round
 
 
 cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
-    """A time sample ``x`` into the EMA ``t[i]`` (its first sample taken as is); ``n[i]`` counts."""
-    t[i] = x if n[i] == 0 else t[i] + EMA * (x - t[i])
+    """A time sample ``x`` into the average ``t[i]``; ``n[i]`` counts.
+
+    The first samples are averaged (weight ``1/n``) before the EMA takes over, and once
+    there are three, a sample is clipped at twice the estimate: one slow first decode,
+    or a preemption, must not set a baseline that the rare plain rounds then take
+    dozens of rounds to correct (it had a 70%-acceptance MTP head drafting at a loss
+    for whole requests)."""
+    if n[i] >= 3 and x > 2.0 * t[i]:
+        x = 2.0 * t[i]
+    t[i] = x if n[i] == 0 else t[i] + max(EMA, 1.0 / (n[i] + 1.0)) * (x - t[i])
     n[i] += 1
 
 
@@ -67,6 +85,8 @@ cdef class DraftPolicy:
         self.probe_gap = PROBE_EVERY
         self.last_probe = 0
         self.n_drafts_seen = 0
+        self.cal_tok = self.cal_t = self.cal_tok_pred = self.cal_t_pred = self.cal_n = 0.0
+        self.pred_e = self.pred_t = 0.0
 
     cdef double _t(self, int k) noexcept:
         """Verify time for ``k`` drafts (``k + 1`` rows): measured, else interpolated from
@@ -106,14 +126,21 @@ cdef class DraftPolicy:
         return 0.0
 
     cdef double _alpha(self, int i) noexcept:
-        """P(draft i accepted | drafts < i accepted): decayed counts plus the prior."""
-        return (self.s_alpha[i] + PRIOR_ALPHA * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
+        """P(draft i accepted | drafts < i accepted): decayed counts plus a prior, which
+        for i > 1 is the estimate at i - 1 (a fixed optimistic prior made rarely tried
+        deep positions look good and had a 70%-acceptance MTP head draft 3 at a loss)."""
+        cdef double a = PRIOR_ALPHA
+        cdef int j
+        for j in range(1, i + 1):
+            a = (self.s_alpha[j] + a * PRIOR_N) / (self.n_alpha[j] + PRIOR_N)
+        return a
 
     cdef double _expected(self, int k) noexcept:
-        cdef double e = 1.0, p = 1.0
+        cdef double e = 1.0, p = 1.0, a = PRIOR_ALPHA
         cdef int i
         for i in range(1, k + 1):
-            p *= self._alpha(i)
+            a = (self.s_alpha[i] + a * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
+            p *= a
             e += p
         return e
 
@@ -126,9 +153,28 @@ cdef class DraftPolicy:
 
     cdef int _best_cap(self) noexcept:
         cdef int c, best = 0
-        cdef double r, best_rate = self._rate(0)
+        # near break-even the estimates' noise decides, and a wrong "draft" costs more than
+        # a wrong "don't": drafting must promise a margin over plain decoding
+        cdef double r, best_rate = self._rate(0) * (1.0 + MARGIN)
+        cdef double cal = self._calib()
         for c in range(1, self.n_max + 1):
-            r = self._expected(c) / (self._td(c) + self._t(c))
+            r = cal * self._expected(c) / (self._td(c) + self._t(c))
+            if r > best_rate:
+                best_rate = r
+                best = c
+        return best
+
+    cdef int _probe_cap(self) noexcept:
+        """The best cap with alpha_i >= alpha_1 at every depth: a probe of one token
+        refreshes alpha_1 only, so deeper estimates that a few early misses pushed down
+        would never be tried again (it kept a 90%-acceptance MTP head off for good)."""
+        cdef int c, best = 1
+        cdef double a1 = self._alpha(1), a, e = 1.0, p = 1.0, r, best_rate = 0.0
+        for c in range(1, self.n_max + 1):
+            a = self._alpha(c)
+            p *= a if a > a1 else a1
+            e += p
+            r = e / (self._td(c) + self._t(c))
             if r > best_rate:
                 best_rate = r
                 best = c
@@ -140,7 +186,9 @@ cdef class DraftPolicy:
         if not self.adaptive or self.n_max == 0:
             return self.n_max
         self.rounds += 1
-        if self.rounds % PLAIN_EVERY == 2:
+        # plain rounds: every 8th until 4 were measured (tv(0) is the baseline of every
+        # decision), then every PLAIN_EVERY-th
+        if self.rounds % (PLAIN_EVERY if self.n_verify[0] >= 4 else EXPLORE_EVERY) == 2:
             self.last_cap = 0               # measure what drafting has to beat
             return 0
         cdef int best = self._best_cap()
@@ -155,9 +203,9 @@ cdef class DraftPolicy:
                 self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
             self.last_probe = self.rounds
             self.exploring = True
-            # a costly drafter is probed with one token (alpha_1 decides whether any draft
-            # pays); a free one with everything it has
-            best = self.n_max if self._free() else 1
+            # a free drafter is probed with everything it has, a costly one with the cap
+            # that would pay best if deeper drafts were as good as the first
+            best = self.n_max if self._free() else self._probe_cap()
         else:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
@@ -170,6 +218,7 @@ cdef class DraftPolicy:
     cdef int choose(self, int proposed, double t_drafted) noexcept:
         """The prefix of a proposal worth verifying, the drafting time being spent."""
         if not self.adaptive or proposed <= 0:
+            self._predict(0, t_drafted)
             return proposed
         cdef int k, best = 0
         if self.exploring:
@@ -180,6 +229,7 @@ cdef class DraftPolicy:
                 if self.n_verify[k] < self.n_verify[best]:
                     best = k
             self.current = best
+            self._predict(best, t_drafted)
             return best
         cdef double r, best_rate = 1.0 / (t_drafted + self._t(0))
         for k in range(1, proposed + 1):
@@ -188,7 +238,14 @@ cdef class DraftPolicy:
                 best_rate = r
                 best = k
         self.current = best
+        self._predict(best, t_drafted)
         return best
+
+    cdef void _predict(self, int k, double t_drafted) noexcept:
+        """What the round verifying ``k`` drafts should yield and cost (``pred_t`` 0 while
+        that length's verify time is unmeasured: a guess is no base for calibration)."""
+        self.pred_e = self._expected(k)
+        self.pred_t = t_drafted + self._t(k) if self.n_verify[k] > 0 else 0.0
 
     cdef void observe(self, int k, int a, double t_dec) noexcept:
         cdef int i
@@ -202,14 +259,61 @@ cdef class DraftPolicy:
         if k > 0:
             self.n_drafts_seen += 1
 
+    cdef double _calib(self) noexcept:
+        """Measured over predicted token rate of the drafting rounds (1 until 8 were seen;
+        within [0.5, 1.1]).
+
+        The model's estimates are averages over rounds unlike the ones it is asked
+        about (verify times measured in exploration rounds, acceptance that lags the
+        text): near break-even that alone made drafting look paying while it ran 10%
+        below plain. Scaling the drafting rates by what drafting rounds really
+        yielded closes that gap, and recovers as soon as drafting really pays."""
+        if self.cal_n < 7.0 or self.cal_t <= 0.0 or self.cal_tok_pred <= 0.0:   # 8 decayed rounds
+            return 1.0
+        cdef double c = (self.cal_tok / self.cal_t) / (self.cal_tok_pred / self.cal_t_pred)
+        # above 1 only a little: an optimistic error is the one that costs speed
+        return min(1.1, max(0.5, c))
+
+    cdef void observe_round(self, double pred_e, double pred_t, int tokens, double t) noexcept:
+        """A round that asked the drafter: tokens it gave and its whole time (drafting,
+        verification), against the prediction of ``choose``."""
+        if not self.adaptive or pred_t <= 0.0 or t <= 0.0:
+            return
+        self.cal_tok = DECAY * self.cal_tok + tokens
+        self.cal_t = DECAY * self.cal_t + t
+        self.cal_tok_pred = DECAY * self.cal_tok_pred + pred_e
+        self.cal_t_pred = DECAY * self.cal_t_pred + pred_t
+        self.cal_n = DECAY * self.cal_n + 1.0
+
     cdef void observe_draft_time(self, int cap, double t) noexcept:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
         _ema(self.t_draft_cap, self.n_draft_cap, cap, t)
 
+    # --- the same steps from Python, for tests that drive the policy by hand ---------------
+
+    def _py_cap(self) -> int:
+        return self.cap()
+
+    def _py_choose(self, int proposed, double t_drafted) -> int:
+        return self.choose(proposed, t_drafted)
+
+    def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0) -> None:
+        """A whole round as the controller reports it: the drafter's time for the cap just
+        asked (if any), the verification, and the calibration sample."""
+        cdef double pe = self.pred_e, pt = self.pred_t
+        if self.last_cap > 0:
+            self.observe_draft_time(self.last_cap, t_drafted)
+        self.observe(k, a, t_verify)
+        if self.last_cap > 0:
+            self.observe_round(pe, pt, a + 1, t_drafted + t_verify)
+
+    def _py_observe_round(self, double pred_e, double pred_t, int tokens, double t) -> None:
+        self.observe_round(pred_e, pred_t, tokens, t)
+
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
                 "t_verify": [self.t_verify[i] for i in range(self.n_max + 1)],
                 "t_draft_cap": [self.t_draft_cap[i] for i in range(self.n_max + 1)],
-                "current": self.current, "cap": self.last_cap}
+                "current": self.current, "cap": self.last_cap, "calibration": self._calib()}

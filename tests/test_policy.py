@@ -78,7 +78,6 @@ def test_a_costly_drafter_is_asked_for_the_length_that_pays(bigram):
     assert d.asked / d.calls < 5, f"asked {d.asked / d.calls:.1f} tokens per call"
 
 
-
 def test_decoder_keeps_its_policy_across_requests(tiny_dense_path):
     """What the adaptive policy measured in one request is there in the next (a fresh policy
     per request re-learnt, and re-paid for, its probes every time); greedy and sampled
@@ -97,3 +96,67 @@ def test_decoder_keeps_its_policy_across_requests(tiny_dense_path):
     fixed = Decoder(tiny_dense_path, drafter="ngram", n_max=4)
     fixed.generate(prompt, max_tokens=8)
     assert not fixed._policies[True].adaptive
+
+
+# --- the policy driven by hand: deterministic times, no model -------------------------------
+
+from specdec._policy import DraftPolicy
+
+
+def _round(pol, t_verify, accept, t_call):
+    """One round: cap, a draft of that length, choose, and the outcome. ``accept(k)`` is how
+    many of k drafts are accepted; ``t_verify(k)`` and ``t_call(c)`` the times."""
+    c = pol._py_cap()
+    k = pol._py_choose(c, t_call(c)) if c else 0
+    pol._py_observe(k, accept(k), t_verify(k), t_call(c) if c else 0.0)
+    return c, k
+
+
+def test_policy_probes_with_the_length_that_would_pay():
+    """A call costs 1.5 plain decodes: one drafted token never pays, six perfect ones do.
+    Early drafts miss at their second token, until no length pays; probes of one token
+    refresh only the first position, so the policy stayed plain for good. The probe now
+    asks for the length that would pay if deeper tokens were as good as the first."""
+    pol = DraftPolicy(6, 0.0, True)
+    tv = lambda k: 0.010 + 0.001 * k
+    call = lambda c: 0.015 if c else 0.0
+    for _ in range(12):                              # early: a miss at position 2
+        _round(pol, tv, lambda k: min(k, 1), call)
+    caps = [_round(pol, tv, lambda k: k, call)[0] for _ in range(200)]   # then perfect
+    assert max(caps[:40]) >= 3, f"probes asked for {sorted(set(caps[:40]))}"
+    assert sum(c > 0 for c in caps[-50:]) > 40, "drafting did not resume"
+
+
+def test_policy_needs_a_margin_over_plain_to_draft():
+    """Drafting that would beat plain by 2% is not worth its noise: the policy stays plain
+    (probes aside); by 20% it drafts."""
+    for gain, drafts in ((1.02, False), (1.20, True)):
+        pol = DraftPolicy(1, 0.0, True)
+        t1 = 2 * 0.010 / gain            # two tokens per round at one draft, always accepted
+        caps = [_round(pol, lambda k: 0.010 if k == 0 else t1, lambda k: k, lambda c: 0.0)[0]
+                for _ in range(300)]
+        assert (sum(caps[-100:]) > 80) == drafts, (gain, sum(caps[-100:]))
+
+
+def test_policy_time_estimates_resist_an_outlier():
+    """One preempted decode (10x) moves an established estimate by at most 2x its weight."""
+    pol = DraftPolicy(2, 0.0, False)
+    for _ in range(5):
+        pol._py_observe(0, 0, 0.010)
+    pol._py_observe(0, 0, 0.100)
+    assert pol.state()["t_verify"][0] < 0.0125
+
+
+def test_policy_calibration_is_measured_over_predicted_rate():
+    pol = DraftPolicy(4, 0.0, True)
+    for _ in range(7):
+        pol._py_observe_round(3.0, 0.030, 3, 0.060)      # half the predicted rate
+    assert pol.state()["calibration"] == 1.0             # fewer than 8 rounds: no verdict
+    pol._py_observe_round(3.0, 0.030, 3, 0.060)
+    assert abs(pol.state()["calibration"] - 0.5) < 1e-9
+    for _ in range(400):
+        pol._py_observe_round(3.0, 0.030, 3, 0.040)      # 0.75 of the prediction
+    assert abs(pol.state()["calibration"] - 0.75) < 0.01
+    for _ in range(400):
+        pol._py_observe_round(3.0, 0.030, 6, 0.030)      # better than predicted: capped
+    assert pol.state()["calibration"] == 1.1

@@ -113,7 +113,7 @@ def quick() -> Matrix:
                  _pick(["code-api-head", "repeat-passage", "records-csv", "open-story"]),
                  (PLAIN, LLAMA_PLAIN,
                   _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
-                  _s("suffix", "suffix", 8, adaptive=True),
+                  _s("suffix", "suffix", 16, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
                   LCP_PLAIN, Method(LCP, "ngram", "pld", 2)),
                  n_gen=128)
@@ -132,7 +132,9 @@ def full() -> Matrix:
     for fam, drafter, sweep in (("ngram", "ngram", (3, 4, 6)), ("suffix", "suffix", (3, 4, 6)),
                                 ("ngram-map", "ngram-map", (4, 8)),
                                 ("ngram-cache", "ngram-cache", (3, 4))):
-        s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, 8, adaptive=True)]
+        # suffix drafts long runs when the text repeats: its policy may go to 16
+        s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, 16 if fam == "suffix" else 8,
+                                                        adaptive=True)]
     s += [_llama_ngram(n) for n in (3, 4, 6)]
     s += [_llama_ngram(n, "ngram-map-k") for n in (3, 4, 6)]
     s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]

@@ -91,7 +91,23 @@ def inject_sleep_s() -> float:
         raise ValueError(f"{INJECT_ENV} must be a number of milliseconds") from None
 
 
+def forget_texts(dec: api.Decoder) -> None:
+    """Empty what drafters keep of earlier requests' text (the suffix corpus, the dynamic
+    n-gram cache). The benchmark repeats each prompt, so a drafter that kept the last
+    answer would draft it verbatim and measure its memory, not its method; llama.cpp's
+    tools start every prompt from nothing too. What the adaptive policy learnt (costs,
+    acceptance rates) is kept: it holds no text."""
+    for d in dec.drafters:
+        if hasattr(d, "clear_corpus"):
+            d.finish()               # commit the last generation now, so begin() adds nothing
+            d.clear_corpus()
+        elif hasattr(d, "flush") and hasattr(d, "clear"):
+            d.flush()
+            d.clear()
+
+
 def _specdec_sample(dec: api.Decoder, prompt, n_gen: int, sleep_s: float) -> Sample:
+    forget_texts(dec)
     if sleep_s:
         st = dec.stream(prompt, max_tokens=n_gen)
         for _ in st:                 # one piece per round
