@@ -417,6 +417,34 @@ def test_chained_after_ngram(bigram):
     assert st.acceptance_rate > 0.95
 
 
+class FirstRounds(Drafter):
+    """The target's own next token for the first ``n`` rounds, then nothing."""
+
+    def __init__(self, succ, n):
+        super().__init__("first-rounds")
+        self.succ, self.n, self.rounds = succ, n, 0
+
+    def propose(self, seq, last_token, n_max):
+        self.rounds += 1
+        return [int(self.succ[last_token])] if self.rounds <= self.n else []
+
+
+def test_idle_head_skips_old_rows(bigram):
+    """While nobody asks the MTP head for drafts (here another drafter serves the first 150
+    rounds; in use the adaptive policy turning it off), only its newest queued rows are
+    kept: the rest are never decoded. Drafting resumes over the gap, exactly verified."""
+    path = bigram("qwen35", 0.0)
+    d = Counting()
+    dec = Decoder(path, drafter=[FirstRounds(bigram_successor(path), 150), d], n_max=3,
+                  n_ctx=1024, load_mtp=True)
+    res = dec.generate(PROMPT, max_tokens=400)
+    assert res.tokens == greedy_cycle(path, PROMPT, 400)
+    c = d.counters()
+    assert c["skipped_rows"] >= 100
+    assert c["catchup_rows"] - c["skipped_rows"] < 300          # what was decoded
+    assert sum(d.counts.values()) > 20 and set(d.counts) == {3}  # the head still drafts right
+
+
 def test_mtp_only_head_file(split_qwen35, tiny_qwen35_path):
     """A trunk-only target with the head from a separate MTP-only file drafts exactly what
     the one-file model drafts (same weights), and what the scratch reference drafts."""
