@@ -148,15 +148,23 @@ def test_policy_time_estimates_resist_an_outlier():
 
 
 def test_policy_calibration_is_measured_over_predicted_rate():
+    """Measured over predicted token rate of drafting rounds, shrunk towards 1 by the
+    (decayed) rounds seen, and capped above at 1.1."""
+    def expected(raw, k):
+        n = (1 - 0.98 ** k) / (1 - 0.98)
+        return 1 + (raw - 1) * n / (n + 16)
+
     pol = DraftPolicy(4, 0.0, True)
     for _ in range(7):
         pol._py_observe_round(3.0, 0.030, 3, 0.060)      # half the predicted rate
     assert pol.state()["calibration"] == 1.0             # fewer than 8 rounds: no verdict
     pol._py_observe_round(3.0, 0.030, 3, 0.060)
-    assert abs(pol.state()["calibration"] - 0.5) < 1e-9
+    assert abs(pol.state()["calibration"] - expected(0.5, 8)) < 1e-9
+    assert pol.state()["cal_time"] == 2.0 and pol.state()["cal_tokens"] == 1.0
+    pol = DraftPolicy(4, 0.0, True)
     for _ in range(400):
         pol._py_observe_round(3.0, 0.030, 3, 0.040)      # 0.75 of the prediction
-    assert abs(pol.state()["calibration"] - 0.75) < 0.01
+    assert abs(pol.state()["calibration"] - expected(0.75, 400)) < 1e-9
     for _ in range(400):
-        pol._py_observe_round(3.0, 0.030, 6, 0.030)      # better than predicted: capped
+        pol._py_observe_round(3.0, 0.030, 6, 0.030)      # twice the prediction: capped
     assert pol.state()["calibration"] == 1.1
