@@ -8,6 +8,8 @@ cdef class DraftPolicy:
     cdef vector[double] n_verify
     cdef vector[double] t_draft_cap  # EMA of a drafter call asked for c tokens (seconds)
     cdef vector[double] n_draft_cap
+    cdef vector[double] ref_verify   # plain-round time (EMA) when t_verify[k] was measured
+    cdef vector[double] ref_draft    # ... and when t_draft_cap[c] was
     cdef vector[double] n_alpha      # decayed trials of draft position i
     cdef vector[double] s_alpha      # decayed acceptances of draft position i
     cdef long rounds
@@ -21,6 +23,8 @@ cdef class DraftPolicy:
     # the model predicted them (catch-up decodes and other costs the model leaves out)
     cdef double cal_tok, cal_t, cal_tok_pred, cal_t_pred, cal_n
     cdef readonly double pred_e, pred_t  # the last choose(): expected tokens, round time
+    cdef double _load(self, double ref) noexcept
+    cdef double _tv(self, int k) noexcept
     cdef double _t(self, int k) noexcept
     cdef double _td(self, int c) noexcept
     cdef double _alpha(self, int i) noexcept

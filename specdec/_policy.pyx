@@ -24,6 +24,11 @@ estimates would decide, and each wrong choice costs); after the
 drafter answered it verifies the prefix ``k`` with the best
 ``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
 
+Every measured time is kept with the plain-round time of its moment and scaled by
+how much plain rounds have slowed or sped up since: on a shared machine the load
+drifts, and a length measured long ago must not look cheap next to a plain round
+measured now.
+
 What the model gets wrong (averages over unlike rounds, acceptance estimates that
 lag) is measured instead: the drafting rates are scaled
 by the ratio of the token rate drafting rounds really had to the one the model
@@ -67,6 +72,17 @@ cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) n
     n[i] += 1
 
 
+cdef inline void _ema_ref(vector[double] & t, vector[double] & ref, vector[double] & n, int i,
+                          double x, double plain) noexcept:
+    """``_ema`` of a sample ``x`` into ``t[i]``, and with the same weights the plain-round
+    time ``plain`` of that moment into ``ref[i]`` (``plain`` 0: none measured yet)."""
+    cdef double n0 = n[i]
+    _ema(t, n, i, x)
+    if plain <= 0.0:
+        return
+    ref[i] = plain if ref[i] <= 0.0 else ref[i] + max(EMA, 1.0 / (n0 + 1.0)) * (plain - ref[i])
+
+
 cdef class DraftPolicy:
 
     def __init__(self, int n_max, float p_min=0.0, bint adaptive=False):
@@ -76,6 +92,8 @@ cdef class DraftPolicy:
         self.n_verify = vector[double](n_max + 1, 0.0)
         self.t_draft_cap = vector[double](n_max + 1, 0.0)
         self.n_draft_cap = vector[double](n_max + 1, 0.0)
+        self.ref_verify = vector[double](n_max + 1, 0.0)
+        self.ref_draft = vector[double](n_max + 1, 0.0)
         self.n_alpha = vector[double](n_max + 1, 0.0)
         self.s_alpha = vector[double](n_max + 1, 0.0)
         self.rounds = 0
@@ -88,11 +106,24 @@ cdef class DraftPolicy:
         self.cal_tok = self.cal_t = self.cal_tok_pred = self.cal_t_pred = self.cal_n = 0.0
         self.pred_e = self.pred_t = 0.0
 
+    cdef double _load(self, double ref) noexcept:
+        """How much slower plain rounds are now than when a time with plain-round reference
+        ``ref`` was measured. A shared machine's load drifts; a draft length measured long
+        ago (under less load) would look cheap next to a plain round measured just now, and
+        drafting would look paying while it ran at 0.8x plain."""
+        if ref <= 0.0 or self.n_verify[0] == 0:
+            return 1.0
+        return self.t_verify[0] / ref
+
+    cdef double _tv(self, int k) noexcept:
+        """Measured verify time of ``k`` drafts, brought to the current load."""
+        return self.t_verify[k] if k == 0 else self.t_verify[k] * self._load(self.ref_verify[k])
+
     cdef double _t(self, int k) noexcept:
         """Verify time for ``k`` drafts (``k + 1`` rows): measured, else interpolated from
         the measured lengths (or extrapolated, +30% a row)."""
         if self.n_verify[k] > 0:
-            return self.t_verify[k]
+            return self._tv(k)
         cdef int lo = -1, hi = -1, j
         for j in range(k - 1, -1, -1):
             if self.n_verify[j] > 0:
@@ -103,11 +134,11 @@ cdef class DraftPolicy:
                 hi = j
                 break
         if lo >= 0 and hi >= 0:
-            return self.t_verify[lo] + (self.t_verify[hi] - self.t_verify[lo]) * (k - lo) / (hi - lo)
+            return self._tv(lo) + (self._tv(hi) - self._tv(lo)) * (k - lo) / (hi - lo)
         if lo >= 0:
-            return self.t_verify[lo] * (1.0 + 0.3 * (k - lo))
+            return self._tv(lo) * (1.0 + 0.3 * (k - lo))
         if hi >= 0:
-            return self.t_verify[hi] / (1.0 + 0.3 * (hi - k))
+            return self._tv(hi) / (1.0 + 0.3 * (hi - k))
         return 1.0 + 0.3 * k
 
     cdef double _td(self, int c) noexcept:
@@ -115,14 +146,14 @@ cdef class DraftPolicy:
         if c <= 0:
             return 0.0
         if self.n_draft_cap[c] > 0:
-            return self.t_draft_cap[c]
+            return self.t_draft_cap[c] * self._load(self.ref_draft[c])
         # unmeasured: proportional to the cap from the nearest measured one
         cdef int j
         for j in range(1, self.n_max + 1):
             if c - j >= 1 and self.n_draft_cap[c - j] > 0:
-                return self.t_draft_cap[c - j] * c / (c - j)
+                return self._td(c - j) * c / (c - j)
             if c + j <= self.n_max and self.n_draft_cap[c + j] > 0:
-                return self.t_draft_cap[c + j] * c / (c + j)
+                return self._td(c + j) * c / (c + j)
         return 0.0
 
     cdef double _alpha(self, int i) noexcept:
@@ -251,7 +282,11 @@ cdef class DraftPolicy:
         cdef int i
         if k > self.n_max or k < 0:
             return
-        _ema(self.t_verify, self.n_verify, k, t_dec)
+        if k == 0:
+            _ema(self.t_verify, self.n_verify, 0, t_dec)
+        else:
+            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
+                     self.t_verify[0] if self.n_verify[0] > 0 else 0.0)
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
@@ -292,7 +327,8 @@ cdef class DraftPolicy:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        _ema(self.t_draft_cap, self.n_draft_cap, cap, t)
+        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t,
+                 self.t_verify[0] if self.n_verify[0] > 0 else 0.0)
 
     # --- the same steps from Python, for tests that drive the policy by hand ---------------
 
@@ -317,8 +353,11 @@ cdef class DraftPolicy:
 
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
-                "t_verify": [self.t_verify[i] for i in range(self.n_max + 1)],
-                "t_draft_cap": [self.t_draft_cap[i] for i in range(self.n_max + 1)],
+                # measured times, brought to the current load (0: not measured yet)
+                "t_verify": [self._tv(i) if self.n_verify[i] > 0 else 0.0
+                             for i in range(self.n_max + 1)],
+                "t_draft_cap": [self._td(i) if self.n_draft_cap[i] > 0 else 0.0
+                                for i in range(self.n_max + 1)],
                 "current": self.current, "cap": self.last_cap, "calibration": self._calib(),
                 # the calibration's parts: drafting rounds' tokens and time, measured / predicted
                 "cal_tokens": self.cal_tok / self.cal_tok_pred if self.cal_tok_pred else 1.0,

@@ -168,3 +168,19 @@ def test_policy_calibration_is_measured_over_predicted_rate():
     for _ in range(400):
         pol._py_observe_round(3.0, 0.030, 6, 0.030)      # twice the prediction: capped
     assert pol.state()["calibration"] == 1.1
+
+
+def test_policy_times_follow_the_load_of_plain_rounds():
+    """A draft length measured when plain rounds took 10 ms is scaled up once they take
+    20 ms: on a shared machine, a cost measured long ago must not look cheap next to a
+    plain round measured now."""
+    pol = DraftPolicy(2, 0.0, False)
+    for _ in range(5):
+        pol._py_observe(0, 0, 0.010)
+    for _ in range(5):
+        pol._py_observe(2, 2, 0.015)
+    assert abs(pol.state()["t_verify"][2] - 0.015) < 1e-9
+    for _ in range(60):
+        pol._py_observe(0, 0, 0.020)
+    tv = pol.state()["t_verify"]
+    assert abs(tv[0] - 0.020) < 1e-4 and abs(tv[2] - 0.030) < 2e-4
