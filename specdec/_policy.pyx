@@ -19,7 +19,7 @@ verifies ``k`` drafts are
 
 Before drafting it asks the drafter for the cap ``c`` with the best
 ``E(c) / (td(c) + tv(c))``, so a costly drafter drafts only what pays, and drafts at
-all only when that beats plain decoding by 4% (near break-even the noise of the
+all only when that beats plain decoding by 2% (near break-even the noise of the
 estimates would decide, and each wrong choice costs); after the
 drafter answered it verifies the prefix ``k`` with the best
 ``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
@@ -54,8 +54,8 @@ DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the
 DEF MAX_PROBE_GAP = 256
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF PLAIN_EVERY = 64
-DEF FREE_DRAFT = 0.05
-DEF MARGIN = 0.04         # drafting must promise this much over plain decoding     # drafting "nearly free": the full cap costs < 5% of a plain round
+DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
+DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
 
 
 cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
