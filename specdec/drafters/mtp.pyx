@@ -230,11 +230,13 @@ cdef class MtpDrafter(Drafter):
         self.n_catchup += 1
         return 0
 
-    cdef int _drop_queued(self, int seq) noexcept nogil:
-        """Remove the queued rows of ``seq`` (a new request or a reset makes them stale)."""
+    cdef int _drop_queued(self, int seq, int n_drop=-1) noexcept nogil:
+        """Remove the oldest ``n_drop`` queued rows of ``seq`` (all for -1: a new request or
+        a reset makes them stale)."""
         cdef int i, j = 0, n = self.batch.b.n_tokens, E = self.n_embd
         for i in range(n):
-            if self.batch.b.seq_id[i][0] == seq:
+            if self.batch.b.seq_id[i][0] == seq and n_drop != 0:
+                n_drop -= 1
                 continue
             if j != i:
                 self.batch.b.token[j] = self.batch.b.token[i]
@@ -251,28 +253,13 @@ cdef class MtpDrafter(Drafter):
     cdef int _skip_old(self, int seq) noexcept nogil:
         """While nobody asks for drafts, keep only the newest ``KEEP_ROWS`` queued rows of
         ``seq``: the older ones are never decoded, leaving a gap in the head's KV."""
-        cdef int i, j = 0, m = 0, n = self.batch.b.n_tokens, E = self.n_embd, drop
-        for i in range(n):
+        cdef int i, m = 0
+        for i in range(self.batch.b.n_tokens):
             if self.batch.b.seq_id[i][0] == seq:
                 m += 1
-        if m <= 2 * KEEP_ROWS:
-            return 0
-        drop = m - KEEP_ROWS
-        self.n_skipped += drop
-        for i in range(n):
-            if self.batch.b.seq_id[i][0] == seq and drop > 0:
-                drop -= 1
-                continue
-            if j != i:
-                self.batch.b.token[j] = self.batch.b.token[i]
-                self.batch.b.pos[j] = self.batch.b.pos[i]
-                self.batch.b.n_seq_id[j] = self.batch.b.n_seq_id[i]
-                self.batch.b.seq_id[j][0] = self.batch.b.seq_id[i][0]
-                self.batch.b.logits[j] = self.batch.b.logits[i]
-                memcpy(self.batch.b.embd + <size_t>j * E, self.batch.b.embd + <size_t>i * E,
-                       E * sizeof(float))
-            j += 1
-        self.batch.b.n_tokens = j
+        if m > 2 * KEEP_ROWS:
+            self.n_skipped += m - KEEP_ROWS
+            self._drop_queued(seq, m - KEEP_ROWS)
         return 0
 
     cdef int _forget(self, int seq) except -1:
