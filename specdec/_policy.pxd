@@ -26,6 +26,7 @@ cdef class DraftPolicy:
     cdef double _load(self, double ref) noexcept
     cdef double _tv(self, int k) noexcept
     cdef double _t(self, int k) noexcept
+    cdef double _t_est(self, int k) noexcept
     cdef double _td(self, int c) noexcept
     cdef double _alpha(self, int i) noexcept
     cdef double _expected(self, int k) noexcept

@@ -120,8 +120,17 @@ cdef class DraftPolicy:
         return self.t_verify[k] if k == 0 else self.t_verify[k] * self._load(self.ref_verify[k])
 
     cdef double _t(self, int k) noexcept:
-        """Verify time for ``k`` drafts (``k + 1`` rows): measured, else interpolated from
-        the measured lengths (or extrapolated, +30% a row)."""
+        """Verify time for ``k`` drafts (``k + 1`` rows), never below a plain round's: more
+        rows never cost less than one, and a noisy sample that said so made a drafter whose
+        every draft is rejected look worth asking on a tiny model."""
+        cdef double t = self._t_est(k)
+        if k > 0 and self.n_verify[0] > 0 and t < self.t_verify[0]:
+            return self.t_verify[0]
+        return t
+
+    cdef double _t_est(self, int k) noexcept:
+        """Verify time for ``k`` drafts: measured, else interpolated from the measured
+        lengths (or extrapolated, +30% a row)."""
         if self.n_verify[k] > 0:
             return self._tv(k)
         cdef int lo = -1, hi = -1, j
