@@ -58,9 +58,8 @@ cdef class _Seq:
     cdef int proposer      # index of the drafter that made the current draft, -1 none
     cdef int row0          # batch index of ``last`` in the current verify batch
     cdef int k             # drafts in the current verify batch
-    cdef bint asked        # this round asked the drafters for tokens
-    cdef double t_asked    # ... and spent this long drafting (catch-up left out)
-    cdef double pred_e, pred_t   # the policy's prediction for the round
+    cdef double t_asked    # time spent drafting this round (catch-up left out)
+    cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
 
 
 cdef class Controller:
@@ -341,8 +340,9 @@ cdef class Controller:
             s.k = self.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
             # a catch-up after plain rounds is the price of switching, not of a drafting
             # round: calibrating with it would keep a paying drafter off after every pause
-            s.asked, s.t_asked = k_cap > 0, t1 - self.t_sync
-            s.pred_e, s.pred_t = self.policy.pred_e, self.policy.pred_t
+            s.t_asked = t1 - self.t_sync
+            s.pred_e = self.policy.pred_e
+            s.pred_t = self.policy.pred_t if k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:
@@ -491,8 +491,7 @@ cdef class Controller:
                     self.accepted_at[i] += 1
         if not filler:
             self.policy.observe(k, a, t_v)
-            if s.asked:
-                self.policy.observe_round(s.pred_e, s.pred_t, a + 1, s.t_asked + t_v)
+            self.policy.observe_round(s.pred_e, s.pred_t, a + 1, s.t_asked + t_v)
             if self.record and k > 0:
                 self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens

@@ -29,10 +29,11 @@ cdef class DraftPolicy:
     cdef double _t_est(self, int k) noexcept
     cdef double _td(self, int c) noexcept
     cdef double _alpha(self, int i) noexcept
+    cdef double _alpha_after(self, int i, double prior) noexcept
     cdef double _expected(self, int k) noexcept
     cdef bint _free(self) noexcept
     cdef double _rate(self, int k) noexcept
-    cdef int _best_cap(self) noexcept
+    cdef int _best_cap(self, double * gain) noexcept
     cdef int _probe_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept

@@ -37,7 +37,8 @@ predicted for them.
 Exploration keeps the estimates honest: every 8th round asks one token past the
 best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
 least measured length of the answer (every length gets measured: interpolating a
-non-monotonic cost misleads); every 64th round (every 8th until four were measured) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
+non-monotonic cost misleads); every 64th round (every 8th until four were measured,
+while drafting is within 30% of plain) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
 (a free drafter with all it has, a costly one with the cap that would pay best if
@@ -58,6 +59,11 @@ DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a
 DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
 
 
+cdef inline double _weight(double n) noexcept:
+    """Weight of the next sample after ``n``: the mean of the first ones, then the EMA's."""
+    return max(EMA, 1.0 / (n + 1.0))
+
+
 cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
     """A time sample ``x`` into the average ``t[i]``; ``n[i]`` counts.
 
@@ -68,7 +74,7 @@ cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) n
     for whole requests)."""
     if n[i] >= 3 and x > 2.0 * t[i]:
         x = 2.0 * t[i]
-    t[i] = x if n[i] == 0 else t[i] + max(EMA, 1.0 / (n[i] + 1.0)) * (x - t[i])
+    t[i] = x if n[i] == 0 else t[i] + _weight(n[i]) * (x - t[i])
     n[i] += 1
 
 
@@ -80,7 +86,7 @@ cdef inline void _ema_ref(vector[double] & t, vector[double] & ref, vector[doubl
     _ema(t, n, i, x)
     if plain <= 0.0:
         return
-    ref[i] = plain if ref[i] <= 0.0 else ref[i] + max(EMA, 1.0 / (n0 + 1.0)) * (plain - ref[i])
+    ref[i] = plain if ref[i] <= 0.0 else ref[i] + _weight(n0) * (plain - ref[i])
 
 
 cdef class DraftPolicy:
@@ -172,14 +178,18 @@ cdef class DraftPolicy:
         cdef double a = PRIOR_ALPHA
         cdef int j
         for j in range(1, i + 1):
-            a = (self.s_alpha[j] + a * PRIOR_N) / (self.n_alpha[j] + PRIOR_N)
+            a = self._alpha_after(j, a)
         return a
+
+    cdef inline double _alpha_after(self, int i, double prior) noexcept:
+        """alpha_i from its decayed counts and ``prior`` (alpha_{i-1}, or PRIOR_ALPHA)."""
+        return (self.s_alpha[i] + prior * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
 
     cdef double _expected(self, int k) noexcept:
         cdef double e = 1.0, p = 1.0, a = PRIOR_ALPHA
         cdef int i
         for i in range(1, k + 1):
-            a = (self.s_alpha[i] + a * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
+            a = self._alpha_after(i, a)
             p *= a
             e += p
         return e
@@ -191,27 +201,29 @@ cdef class DraftPolicy:
     cdef double _rate(self, int k) noexcept:
         return self._expected(k) / self._t(k)
 
-    cdef int _best_cap(self) noexcept:
+    cdef int _best_cap(self, double * gain) noexcept:
+        """The cap to ask for (0: none pays); ``gain`` gets the best drafting rate over the
+        plain rate, whether it pays or not."""
         cdef int c, best = 0
-        # near break-even the estimates' noise decides, and a wrong "draft" costs more than
-        # a wrong "don't": drafting must promise a margin over plain decoding
-        cdef double r, best_rate = self._rate(0) * (1.0 + MARGIN)
-        cdef double cal = self._calib()
+        cdef double r, r_max = 0.0, plain = self._rate(0), cal = self._calib()
         for c in range(1, self.n_max + 1):
             r = cal * self._expected(c) / (self._td(c) + self._t(c))
-            if r > best_rate:
-                best_rate = r
+            if r > r_max:
+                r_max = r
                 best = c
-        return best
+        gain[0] = r_max / plain
+        # near break-even the estimates' noise decides, and a wrong "draft" costs more than
+        # a wrong "don't": drafting must promise a margin over plain decoding
+        return best if gain[0] > 1.0 + MARGIN else 0
 
     cdef int _probe_cap(self) noexcept:
         """The best cap with alpha_i >= alpha_1 at every depth: a probe of one token
         refreshes alpha_1 only, so deeper estimates that a few early misses pushed down
         would never be tried again (it kept a 90%-acceptance MTP head off for good)."""
         cdef int c, best = 1
-        cdef double a1 = self._alpha(1), a, e = 1.0, p = 1.0, r, best_rate = 0.0
+        cdef double a1 = self._alpha(1), a = PRIOR_ALPHA, e = 1.0, p = 1.0, r, best_rate = 0.0
         for c in range(1, self.n_max + 1):
-            a = self._alpha(c)
+            a = self._alpha_after(c, a)
             p *= a if a > a1 else a1
             e += p
             r = e / (self._td(c) + self._t(c))
@@ -226,12 +238,16 @@ cdef class DraftPolicy:
         if not self.adaptive or self.n_max == 0:
             return self.n_max
         self.rounds += 1
-        # plain rounds: every 8th until 4 were measured (tv(0) is the baseline of every
-        # decision), then every PLAIN_EVERY-th
-        if self.rounds % (PLAIN_EVERY if self.n_verify[0] >= 4 else EXPLORE_EVERY) == 2:
-            self.last_cap = 0               # measure what drafting has to beat
+        cdef double gain
+        cdef int best = self._best_cap(&gain)
+        # plain rounds measure what drafting has to beat: every PLAIN_EVERY-th, and every
+        # 8th until 4 were measured while the call is close (tv(0) decides it; a drafter far
+        # ahead of plain would only lose those rounds: 15% of a short request)
+        if self.rounds % PLAIN_EVERY == 2 or (
+                self.n_verify[0] < 4 and (gain < 1.3 or self.n_verify[0] == 0)
+                and self.rounds % EXPLORE_EVERY == 2):
+            self.last_cap = 0
             return 0
-        cdef int best = self._best_cap()
         if best == 0:
             # drafting does not pay: probe now and then, less often while it keeps not paying
             # ... but not before a few drafts were measured: a cold first decode must not
@@ -257,9 +273,11 @@ cdef class DraftPolicy:
 
     cdef int choose(self, int proposed, double t_drafted) noexcept:
         """The prefix of a proposal worth verifying, the drafting time being spent."""
-        if not self.adaptive or proposed <= 0:
-            self._predict(0, t_drafted)
+        if not self.adaptive:
             return proposed
+        if proposed <= 0:
+            self._predict(0, t_drafted)
+            return 0
         cdef int k, best = 0
         if self.exploring:
             # the least measured length: verify cost is not monotonic in the rows (kernels
