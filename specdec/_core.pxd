@@ -65,6 +65,7 @@ cdef class Context:
     cdef int _last_n_tokens
     cdef vector[int32_t] _rs_budget  # per seq: how far the last decode can still be rolled back
     cdef bint _needs_rs_guard
+    cdef bint _rs_trim          # decode graphs write only the snapshots a batch can roll back
     cdef int _busy
     cdef bint _interrupt
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)

@@ -115,6 +115,9 @@ RS_ROLLBACK_ARCHS = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
     "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
 })
+#: archs whose decode graphs may keep fewer snapshots than n_rs_seq (their graph code reads
+#: cparams.n_rs_seq the way _rs_graph.h assumes: delta-net layers)
+RS_TRIM_ARCHS = frozenset({"qwen35", "qwen35moe"})
 
 
 class ContextFullError(ValueError):
@@ -738,6 +741,7 @@ cdef class Context:
         self.n_vocab = model.n_vocab
         self._n_embd_in = model.n_embd_out if is_mtp else llama_model_n_embd_inp(model.model)
         self._needs_rs_guard = (model.is_recurrent or model.is_hybrid) and not is_mtp
+        self._rs_trim = self.n_rs_seq > 0 and model.arch in RS_TRIM_ARCHS
         self._rs_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
         self._nextn = 0
@@ -832,6 +836,21 @@ cdef class Context:
     @property
     def nextn(self):
         return (None, "masked", "dense")[self._nextn]
+
+    @property
+    def rs_trim(self):
+        """Whether decode graphs write only the recurrent snapshots their batch can roll back
+        (``min(n_rs_seq, tokens per sequence - 1)``; none for one-token decodes) instead of
+        all ``n_rs_seq``. On by default where supported (``RS_TRIM_ARCHS``, see
+        ``_rs_graph.h``); outputs are the same either way, it only saves time."""
+        return self._rs_trim
+
+    @rs_trim.setter
+    def rs_trim(self, value):
+        value = bool(value)
+        if value and not (self.n_rs_seq > 0 and self.model.arch in RS_TRIM_ARCHS):
+            raise ValueError(f"rs_trim needs n_rs_seq > 0 and an arch in {sorted(RS_TRIM_ARCHS)}")
+        self._rs_trim = value
 
     def set_nextn_layer_offset(self, int offset):
         """Pick which appended NextN head an MTP context runs (multi-head archs only)."""
@@ -928,12 +947,22 @@ cdef class Context:
                              and n_seqs_in == 1)
         sd_lm_head_begin(self._head)
         self._lazy = False
+        # the snapshots this batch can need: a sequence of m tokens rolls back at most m - 1
+        cdef int most = 0
+        cdef bint trim = self._rs_trim
+        if trim:
+            for s in range(self.n_seq_max):
+                most = max(most, seq_ntok[s])
         self._enter()
         cdef int32_t rc
         try:
             self._interrupt = False
             with nogil:
+                if trim:
+                    sd_set_graph_n_rs_seq(self.ctx, <uint32_t>min(self.n_rs_seq, most - 1))
                 rc = llama_decode(self.ctx, batch.b)
+                if trim:
+                    sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rs_seq)
         finally:
             self._leave()
         if rc != 0:

@@ -211,6 +211,11 @@ cdef extern from "llama-ext.h" nogil:
     float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
 
 
+cdef extern from "_rs_graph.h" nogil:
+    # per-decode snapshot count of the recurrent graph (see _rs_graph.h)
+    void sd_set_graph_n_rs_seq(llama_context * ctx, uint32_t n)
+
+
 cdef extern from "_lm_head.h" nogil:
     # the lazy LM head (see _lm_head.h)
     cppclass sd_lm_head:

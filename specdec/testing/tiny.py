@@ -293,8 +293,11 @@ def write_tiny_qwen35(
     seed: int = 0,
     n_vocab: int = 256,
     dtype: str = "f32",
+    arch: str = "qwen35",
 ) -> Path:
     """Random qwen35 (layers 0-2 gated delta net, layer 3 full attention) plus one MTP block.
+
+    ``arch="qwen35moe"`` replaces each FFN by 4 routed experts (2 used) and a shared one.
 
     ``mtp=False`` drops the block and the nextn_predict_layers key;
     ``mtp_only=True`` keeps token_embd, output_norm, output and the block, like
@@ -303,7 +306,11 @@ def write_tiny_qwen35(
     """
     if mtp_only and not mtp:
         raise ValueError("mtp_only=True needs mtp=True")
+    if arch not in ("qwen35", "qwen35moe"):
+        raise ValueError(f"arch must be 'qwen35' or 'qwen35moe', got {arch!r}")
     d = dataclasses.replace(TINY_QWEN35, n_vocab=n_vocab)
+    if arch == "qwen35moe":
+        d = dataclasses.replace(d, n_expert=4, n_expert_used=2, n_ff_exp=64, n_ff_shexp=64)
     n_nextn = 1 if mtp else 0
     fill = RandomFill(seed)
     # draw every tensor of the full model in one order, then pick the variant's subset
@@ -315,12 +322,12 @@ def write_tiny_qwen35(
 
     return write_gguf(
         path,
-        "qwen35",
+        arch,
         qwen35_layout(d, n_nextn=n_nextn, trunk=not mtp_only),
         lambda name, ne: values[name],
         add_kv,
         dtype=dtype,
-        name="tiny-qwen35",
+        name=f"tiny-{arch}",
     )
 
 
