@@ -259,6 +259,11 @@ class Stream:
     def __iter__(self) -> "Stream":
         return self
 
+    @property
+    def n_tokens(self) -> int:
+        """Tokens generated so far (the first comes from the prompt pass)."""
+        return len(self._ctl.tokens())
+
     def _release(self) -> None:
         if self.result is None:
             self.result = Decoder._result(self._ctl)

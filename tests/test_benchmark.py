@@ -104,6 +104,47 @@ def test_plots_are_written(tiny_results, tmp_path):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000, p
 
 
+def test_interleave_times_each_side_on_the_same_requests(bench_cache):
+    from specdec import Decoder
+    from specdec.benchmark.interleave import interleave
+    from specdec.benchmark.synthetic import model_for
+
+    path = str(model_for("tiny", 0.9, log=lambda s: None))
+    plain = Decoder(path, n_ctx=512)
+    ad = Decoder(path, drafter="mtp", n_max=3, adaptive=True, n_ctx=512)
+    seen = []
+    got = interleave(ad, plain, list(range(10, 30)), 40, 3, before=seen.append)
+    assert seen == [ad, plain] * 3
+    assert got.tokens == [40, 40, 40] and got.same_tokens
+    assert len(got.seconds) == len(got.ref_seconds) == 3
+    assert all(t > 0 for t in got.seconds + got.ref_seconds)
+    assert got.tok_s == pytest.approx(120 / sum(got.seconds))
+    assert got.drafted > 0 and 0 < got.accepted <= got.drafted
+    assert len(got.per_request()) == 3
+    # both decoders are free again
+    assert plain.generate([5, 6], max_tokens=2).tokens and ad.generate([5, 6], max_tokens=2).tokens
+
+
+def test_interleaved_rows_ratio_and_table(bench_cache):
+    m = matrix.tiny(n_gen=32, reps=1, peers=False, interleave=2)
+    res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+    rows = [r for r in rows_of(res) if r.prompt == "bigram (interleaved with plain)"]
+    assert [r.method for r in rows] == ["specdec mtp adaptive"]
+    r = rows[0]
+    assert r.tok_s > 0 and r.ref_tok_s > 0 and len(r.tok_s_runs) == len(r.ref_tok_s_runs) == 2
+    assert r.match == 1.0
+    key = "mtp-tiny-90: specdec mtp adaptive / specdec plain, interleaved"
+    ratio = res["ratios"][key]
+    assert ratio["tracked"] and ratio["target"] == 0.97
+    assert ratio["value"] == pytest.approx(r.tok_s / r.ref_tok_s, rel=1e-3)
+    # the interleaved rows stay out of the per-prompt ratios and the exact check
+    assert "mtp-tiny-90: specdec mtp adaptive / specdec plain" in res["ratios"]
+    assert r.check == ""
+    md = report.markdown(res)
+    assert "timed round by round in turn with plain decoding" in md
+    assert "| specdec mtp adaptive | bigram |" in md
+
+
 def test_unavailable_peer_gets_a_row_saying_why(bench_cache):
     m = matrix.tiny(n_gen=16, reps=1, peers=True)
     res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 
 from .matrix import LLAMA_CPP, SPECDEC
 from .report import GROUNDED, _Case
-from .runner import BOS_PROMPT, Row, rows_of
+from .runner import BOS_PROMPT, Row, is_interleaved, rows_of
 
 COLORS = {SPECDEC: "tab:blue", LLAMA_CPP: "tab:orange", "llama-cpp-python": "tab:green"}
 
@@ -162,7 +162,8 @@ def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
 def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:
     """Write every plot into ``out_dir``; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = rows_of(results)
+    # the interleaved rows (adaptive vs plain in turn) are a separate measurement, in the report
+    rows = [r for r in rows_of(results) if not is_interleaved(r.prompt)]
     return [tok_s_by_category(rows, out_dir / "tok_s_by_category.png"),
             speedup(rows, out_dir / "speedup.png"),
             acceptance_by_position(rows, out_dir / "acceptance_by_position.png"),

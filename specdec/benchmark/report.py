@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
 from .matrix import LCP, LLAMA_CPP, SPECDEC
-from .runner import BOS_PROMPT, Row, rows_of
+from .runner import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
 
 GROUNDED = ("code", "repeat", "records")
 TRACKED_KINDS = ("speedup", "vs-llama.cpp")
@@ -58,6 +58,8 @@ class _Case:
 
     def __init__(self, name: str, rows: List[Row]) -> None:
         self.name = name
+        self.interleaved = [r for r in rows if is_interleaved(r.prompt)]
+        rows = [r for r in rows if not is_interleaved(r.prompt)]
         self.rows = rows
         self.by = {(r.method, r.prompt): r for r in rows}
         self.prompts = list(dict.fromkeys(r.prompt for r in rows if r.prompt != BOS_PROMPT))
@@ -66,6 +68,15 @@ class _Case:
         self.scored = grounded or self.prompts
         self.methods = list(dict.fromkeys(r.method for r in rows if r.prompt != BOS_PROMPT))
         self.meta = {r.method: r for r in rows if r.prompt != BOS_PROMPT}
+
+    def interleaved_ratios(self) -> Dict[str, float]:
+        """Per adaptive method: geometric mean over its prompts of its tok/s over plain
+        decoding's, timed round by round in turn (0 if any prompt failed)."""
+        per: Dict[str, List[float]] = {}
+        for r in self.interleaved:
+            ok = _ok(r) and r.ref_tok_s > 0
+            per.setdefault(r.method, []).append(r.tok_s / r.ref_tok_s if ok else 0.0)
+        return {m: (_gmean(v) if all(x > 0 for x in v) else 0.0) for m, v in per.items()}
 
     def ratio(self, a: str, b: str) -> float:
         """Geometric mean over the scored prompts of ``a``'s tok/s over ``b``'s."""
@@ -145,6 +156,10 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
                         target = 1.10 if adaptive else 1.0
                     put(case, f"specdec {fam} {how} / llama.cpp {c.meta[theirs].drafter} best",
                         c.ratio(m, theirs), "vs-llama.cpp", target)
+        for m, v in c.interleaved_ratios().items():
+            fam = next(r.family for r in c.interleaved if r.method == m)
+            put(case, f"{m} / specdec plain, interleaved", v, "speedup",
+                0.97 if fam == "mtp" else None)
         best_ours = c.best(SPECDEC)
         ngram_fams = ("ngram", "ngram-map", "ngram-mod", "ngram-cache")
         theirs_ng = [m for m in (c.best(LLAMA_CPP, f) for f in ngram_fams) if m]
@@ -252,6 +267,30 @@ def case_table(name: str, rows: List[Row]) -> str:
     return "\n".join(out)
 
 
+def interleaved_table(name: str, rows: List[Row]) -> str:
+    """The adaptive methods timed round by round in turn with plain decoding ("" if none)."""
+    c = _Case(name, rows)
+    if not c.interleaved:
+        return ""
+    out = ["Adaptive methods timed round by round in turn with plain decoding, on the same "
+           "requests (a slow stretch of the machine lands on both): tok/s of each side over "
+           "all requests, their ratio, and the lowest and highest per-request ratio.", "",
+           "| method | prompt | tok/s | plain tok/s | ratio | per request | acceptance | requests |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in c.interleaved:
+        prompt = r.prompt[:-len(INTERLEAVED)].rstrip()
+        if not _ok(r) or r.ref_tok_s <= 0:
+            out.append(f"| {r.method} | {prompt} | {r.status}: {r.note[:80]} | | | | | |")
+            continue
+        per = [a / b for a, b in zip(r.tok_s_runs, r.ref_tok_s_runs) if b > 0]
+        span = f"{min(per):.3f}-{max(per):.3f}" if per else ""
+        acc = f"{r.acceptance:.0%} of {r.drafted}" if r.drafted else "no drafts"
+        same = "" if r.match in (None, 1.0) else " (outputs differ!)"
+        out.append(f"| {r.method} | {prompt} | {r.tok_s:.1f} | {r.ref_tok_s:.1f} | "
+                   f"{r.tok_s / r.ref_tok_s:.3f}x{same} | {span} | {acc} | {len(per)} |")
+    return "\n".join(out)
+
+
 def _per_prompt_speedup(c: _Case, r: Row) -> float:
     if r.side == LLAMA_CPP:
         lb = c.by.get(("llama.cpp plain", BOS_PROMPT))
@@ -287,6 +326,9 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"{r.method} {r.tok_s:.1f} tok/s" if _ok(r) else f"{r.method} {r.status} ({r.note})"
                 for r in bos), ""]
         lines += [case_table(case, cr), ""]
+        il = interleaved_table(case, cr)
+        if il:
+            lines += [il, ""]
     lines += ["## All ratios", "", "| ratio | value | kind | gate |", "|---|---|---|---|"]
     lines += [f"| {r.name} | {r.value:.3f} | {r.kind} | {'tracked' if r.tracked else ''} |"
               for r in ratios.values()]

@@ -25,11 +25,21 @@ from .. import api
 from .._core import Model
 from ..models import default_model_path
 from . import machine, peers
+from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
 from .prompts import Prompt
 
 INJECT_ENV = "SPECDEC_BENCH_INJECT_SLEEP_MS"
 BOS_PROMPT = "(empty context)"   # the prompt name of plain decoding against llama-bench
+INTERLEAVED = "(interleaved with plain)"   # suffix of the prompt name of interleaved rows
+
+
+def interleaved_prompt(name: str) -> str:
+    return f"{name} {INTERLEAVED}"
+
+
+def is_interleaved(prompt: str) -> bool:
+    return prompt.endswith(INTERLEAVED)
 
 
 @dataclass
@@ -55,6 +65,8 @@ class Row:
     check: str = ""                    # exact mode: PASS / FAIL (specdec only), else ""
     status: str = "ok"                 # ok / unavailable / error
     note: str = ""
+    ref_tok_s: float = 0.0             # interleaved rows: plain decoding, timed in turn with it
+    ref_tok_s_runs: List[float] = field(default_factory=list)
 
     @property
     def acceptance(self) -> float:
@@ -166,6 +178,8 @@ class Runner:
         for c in self.m.cases:
             timed = [m for m in c.methods if not (m.side == LLAMA_CPP and m.family == "plain")]
             n += len(c.prompts) * len(timed) * self.m.reps
+            if c.interleave:
+                n += len(c.prompts) * sum(1 for m in c.methods if m.side == SPECDEC and m.adaptive)
             if any(m.side == LLAMA_CPP and m.family == "plain" for m in c.methods):
                 n += 2 * self.m.reps
         return n
@@ -324,6 +338,36 @@ class Runner:
                 elif m is plain_m:
                     r.match = 1.0
             rows.append(r)
+        if case.interleave:
+            rows += self._interleaved(case, p, decs, errs, plain_m)
+        return rows
+
+    def _interleaved(self, case: Case, p: Prompt, decs: Dict[Method, api.Decoder],
+                     errs: Dict[Method, str], plain_m: Method) -> List[Row]:
+        """Each adaptive method against plain decoding, round by round in turn (see
+        ``interleave``): the ratio that decides "never slower than plain"."""
+        rows = []
+        for m in case.methods:
+            if not (m.side == SPECDEC and m.adaptive) or m in errs or plain_m in errs:
+                continue
+            r = Row(case.name, interleaved_prompt(p.name), p.category, m.label, m.side, m.family,
+                    m.drafter, m.n_max, m.adaptive)
+            try:
+                got = interleave(decs[m], decs[plain_m], p.text, case.n_gen, case.interleave,
+                                 before=forget_texts)
+            except Exception as e:  # noqa: BLE001
+                r.status, r.note = "error", f"{type(e).__name__}: {str(e)[:300]}"
+                rows.append(r)
+                continue
+            r.tok_s, r.ref_tok_s = got.tok_s, got.ref_tok_s
+            r.tok_s_runs = [n / t for n, t in zip(got.tokens, got.seconds)]
+            r.ref_tok_s_runs = [n / t for n, t in zip(got.tokens, got.ref_seconds)]
+            r.drafted, r.accepted = got.drafted, got.accepted
+            r.match = 1.0 if got.same_tokens else 0.0
+            r.note = f"{case.interleave} requests"
+            self._tick(f"{case.name} {p.name} {m.label} interleaved with plain: "
+                       f"{r.tok_s / r.ref_tok_s:.3f}x")
+            rows.append(r)
         return rows
 
     def _sample(self, case: Case, p: Prompt, m: Method, decs: Dict[Method, api.Decoder],
@@ -352,7 +396,7 @@ class Runner:
             return
         methods = {}
         for r in rows:
-            if r.side == SPECDEC and r.prompt != BOS_PROMPT:
+            if r.side == SPECDEC and r.prompt != BOS_PROMPT and not is_interleaved(r.prompt):
                 methods[r.method] = Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive)
         plain_dec = self._decoder(model, Method(SPECDEC, "plain"), n, case.prompts, exact=True)
         ref = {p.name: plain_dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
@@ -399,7 +443,8 @@ class Runner:
             "settings": {"reps": self.m.reps, "check_tokens": self.m.check_tokens,
                          "threads": self.threads, "inject_sleep_ms": self.sleep_s * 1000,
                          "cases": {c.name: {"n_gen": c.n_gen, "model": c.model,
-                                            "accuracy": c.accuracy, "arch": c.arch, "dtype": c.dtype}
+                                            "accuracy": c.accuracy, "arch": c.arch, "dtype": c.dtype,
+                                            "interleave": c.interleave}
                                    for c in self.m.cases}},
             "wall_s": round(time.monotonic() - self._t0, 1),
             "rows": [r.to_dict() for r in rows],
@@ -416,4 +461,5 @@ def rows_of(results: Dict[str, Any]) -> List[Row]:
     return [Row(**{k: v for k, v in d.items() if k in names}) for d in results["rows"]]
 
 
-__all__ = ["Row", "Runner", "run", "rows_of", "INJECT_ENV", "BOS_PROMPT"]
+__all__ = ["Row", "Runner", "run", "rows_of", "INJECT_ENV", "BOS_PROMPT", "INTERLEAVED",
+           "interleaved_prompt", "is_interleaved"]
