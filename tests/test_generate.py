@@ -74,7 +74,12 @@ def test_stop_string(gemma_decoder):
 def test_stream_equals_generate(gemma_decoder):
     full = gemma_decoder.generate("Count: 1, 2, 3,", max_tokens=30, stop=" 9")
     st = gemma_decoder.stream("Count: 1, 2, 3,", max_tokens=30, stop=" 9")
-    pieces = list(st)
+    assert st.n_tokens == 1                  # the prompt pass made the first token
+    pieces, counts = [], []
+    for piece in st:
+        pieces.append(piece)
+        counts.append(st.n_tokens)
+    assert counts == sorted(counts) and counts[-1] <= len(full.tokens) == st.n_tokens
     assert "".join(pieces) == full.text
     assert st.result.tokens == full.tokens and st.result.finish_reason == "stop"
     assert len(pieces) > 3
