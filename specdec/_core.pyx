@@ -636,7 +636,8 @@ cdef class Context:
 
     ``kind="mtp"`` makes a context that runs the model's MTP head (its own KV,
     NextN layers only). ``n_rs_seq`` keeps that many recurrent-state snapshots
-    per sequence so the last decode can be partly rolled back (qwen35 and kin).
+    per sequence so the last decode can be partly rolled back (qwen35 and kin); on
+    qwen35/qwen35moe each decode writes only those its batch can need (``rs_trim``).
     ``nextn`` turns on the target's hidden states for MTP: ``"masked"`` (rows for
     output tokens only) or ``"dense"`` (one row per batch entry).
     """
