@@ -9,6 +9,7 @@ MTP_ARCHS: frozenset[str]
 MTP_MULTI_HEAD_ARCHS: frozenset[str]
 RS_ROLLBACK_ARCHS: frozenset[str]
 RS_TRIM_ARCHS: frozenset[str]
+LAZY_NEXTN_ARCHS: frozenset[str]
 
 class ContextFullError(ValueError): ...
 class DecodeError(RuntimeError): ...

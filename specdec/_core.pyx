@@ -115,6 +115,9 @@ RS_ROLLBACK_ARCHS = frozenset({
     "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
     "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
 })
+#: archs whose target graph computes the nextn hidden rows (h_nextn) before result_norm, where
+#: the lazy LM head stops the graph: lazy logits and MTP hidden states go together there
+LAZY_NEXTN_ARCHS = frozenset({"qwen35", "qwen35moe"})
 #: archs whose decode graphs may keep fewer snapshots than n_rs_seq (their graph code reads
 #: cparams.n_rs_seq the way _rs_graph.h assumes: delta-net layers)
 RS_TRIM_ARCHS = frozenset({"qwen35", "qwen35moe"})
@@ -683,9 +686,12 @@ cdef class Context:
         if nextn not in (None, "masked", "dense"):
             raise ValueError(f"nextn must be None, 'masked' or 'dense', got {nextn!r}")
         is_mtp = kind == "mtp"
-        if lazy_logits and (is_mtp or nextn is not None or model.is_recurrent or model.is_hybrid):
-            raise ValueError("lazy_logits is for attention-only target contexts without nextn "
-                             "hidden states (recurrent/hybrid batches are reordered by sequence)")
+        if lazy_logits and is_mtp:
+            raise ValueError("lazy_logits is for target contexts, not MTP contexts")
+        if lazy_logits and nextn is not None and model.arch not in LAZY_NEXTN_ARCHS:
+            raise ValueError(f"lazy_logits with nextn hidden states needs an arch whose graph "
+                             f"makes them before the LM head ({sorted(LAZY_NEXTN_ARCHS)}), "
+                             f"not {model.arch!r}")
         if is_mtp or nextn is not None:
             self._check_mtp_model(model, is_mtp)
         if n_rs_seq > 0:
@@ -825,8 +831,9 @@ cdef class Context:
             raise ValueError(f"mode must be None, 'masked' or 'dense', got {mode!r}")
         if mode is not None:
             self._check_mtp_model(self.model, False)
-            if self._head.enabled:
-                raise ValueError("nextn hidden states and lazy_logits do not go together")
+            if self._head.enabled and self.model.arch not in LAZY_NEXTN_ARCHS:
+                raise ValueError(f"nextn hidden states and lazy_logits go together only on "
+                                 f"{sorted(LAZY_NEXTN_ARCHS)}")
         # llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on an MTP context is
         # only right when every row is an output; "dense" is right for mixed batches
         if self.is_mtp and mode is None:

@@ -8,7 +8,7 @@ import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._controller import Controller
-from ._core import ContextBusyError, Context, Model
+from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
@@ -73,8 +73,9 @@ class Decoder:
     either fault switches that drafter off for the rest of the request, with a
     ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
 
-    ``lazy_logits`` (default: on wherever it can run, i.e. attention-only targets
-    without MTP hidden states) stops each decode at the final norm and computes a
+    ``lazy_logits`` (default: on wherever it can run: every target, except one that
+    feeds MTP hidden states on an arch outside ``LAZY_NEXTN_ARCHS``; one-sequence
+    batches only) stops each decode at the final norm and computes a
     row's logits only when verification reaches it, all rows of a pass sharing one
     read of the LM head: a rejected draft no longer pays for the vocabulary
     projection of the rows after it. Each row's logits are bit-identical to a
@@ -126,7 +127,7 @@ class Decoder:
         for d in self.drafters:
             nextn = getattr(d, "target_nextn", None) or nextn
         if lazy_logits is None:
-            lazy_logits = not recurrent and nextn is None
+            lazy_logits = nextn is None or self.model.arch in LAZY_NEXTN_ARCHS
         self.ctx = Context(
             self.model, n_ctx=n_ctx, n_batch=max(n_batch, n_seq_max * (n_max_eff + 1)),
             n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
