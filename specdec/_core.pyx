@@ -748,7 +748,7 @@ cdef class Context:
         self.n_vocab = model.n_vocab
         self._n_embd_in = model.n_embd_out if is_mtp else llama_model_n_embd_inp(model.model)
         self._needs_rs_guard = (model.is_recurrent or model.is_hybrid) and not is_mtp
-        self._rs_trim = self.n_rs_seq > 0 and model.arch in RS_TRIM_ARCHS
+        self._rs_trim = self._rs_trim_possible()
         self._rs_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
         self._nextn = 0
@@ -856,9 +856,12 @@ cdef class Context:
     @rs_trim.setter
     def rs_trim(self, value):
         value = bool(value)
-        if value and not (self.n_rs_seq > 0 and self.model.arch in RS_TRIM_ARCHS):
+        if value and not self._rs_trim_possible():
             raise ValueError(f"rs_trim needs n_rs_seq > 0 and an arch in {sorted(RS_TRIM_ARCHS)}")
         self._rs_trim = value
+
+    def _rs_trim_possible(self):
+        return self.n_rs_seq > 0 and self.model.arch in RS_TRIM_ARCHS
 
     def set_nextn_layer_offset(self, int offset):
         """Pick which appended NextN head an MTP context runs (multi-head archs only)."""
@@ -947,20 +950,17 @@ cdef class Context:
                                            f"size n_ctx={self.n_ctx_seq}")
                 seq_ntok[s] += 1
         # the lazy LM head stops the graph at the norm; it needs the outputs in batch order,
-        # i.e. one ubatch (split_simple keeps the order within it) of a single sequence
-        cdef int n_seqs_in = 0
+        # i.e. one ubatch (split_simple keeps the order within it) of a single sequence.
+        # The snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
+        cdef int n_seqs_in = 0, most = 0
         for s in range(self.n_seq_max):
             n_seqs_in += seq_ntok[s] > 0
+            most = max(most, seq_ntok[s])
         self._head.active = (self._head.enabled and self._head.state == 1 and n <= self.n_ubatch
                              and n_seqs_in == 1)
         sd_lm_head_begin(self._head)
         self._lazy = False
-        # the snapshots this batch can need: a sequence of m tokens rolls back at most m - 1
-        cdef int most = 0
         cdef bint trim = self._rs_trim
-        if trim:
-            for s in range(self.n_seq_max):
-                most = max(most, seq_ntok[s])
         self._enter()
         cdef int32_t rc
         try:

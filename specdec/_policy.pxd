@@ -24,6 +24,7 @@ cdef class DraftPolicy:
     cdef double cal_tok, cal_t, cal_tok_pred, cal_t_pred, cal_n
     cdef readonly double pred_e, pred_t  # the last choose(): expected tokens, round time
     cdef double _load(self, double ref) noexcept
+    cdef double _plain_now(self) noexcept
     cdef double _tv(self, int k) noexcept
     cdef double _t(self, int k) noexcept
     cdef double _t_est(self, int k) noexcept

@@ -121,6 +121,10 @@ cdef class DraftPolicy:
             return 1.0
         return self.t_verify[0] / ref
 
+    cdef inline double _plain_now(self) noexcept:
+        """The plain-round time a new sample is stored with (0: none measured yet)."""
+        return self.t_verify[0] if self.n_verify[0] > 0 else 0.0
+
     cdef double _tv(self, int k) noexcept:
         """Measured verify time of ``k`` drafts, brought to the current load."""
         return self.t_verify[k] if k == 0 else self.t_verify[k] * self._load(self.ref_verify[k])
@@ -312,8 +316,7 @@ cdef class DraftPolicy:
         if k == 0:
             _ema(self.t_verify, self.n_verify, 0, t_dec)
         else:
-            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
-                     self.t_verify[0] if self.n_verify[0] > 0 else 0.0)
+            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec, self._plain_now())
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
@@ -354,8 +357,7 @@ cdef class DraftPolicy:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t,
-                 self.t_verify[0] if self.n_verify[0] > 0 else 0.0)
+        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t, self._plain_now())
 
     # --- the same steps from Python, for tests that drive the policy by hand ---------------
 
