@@ -138,9 +138,9 @@ cdef class Controller:
         self.unsafe_accept_all = unsafe_accept_all
         self.record = record
         self._log = []
-        if exact and ctx.model.use_extra_bufts:
-            raise ValueError("exact mode needs the target loaded with Model(..., use_extra_bufts=False): "
-                             "repacked weights run different kernels for different batch sizes")
+        if exact and not ctx.batch_invariant:
+            raise ValueError("exact mode needs a batch-invariant target context: "
+                             "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
         if exact and (self.model.is_recurrent or self.model.is_hybrid) and ctx.n_rs_seq < 1:
             raise ValueError("exact mode on a recurrent/hybrid target needs n_rs_seq >= 1")
         if exact and self.rs_cap < 0 and (self.model.is_recurrent or self.model.is_hybrid):

@@ -60,6 +60,7 @@ cdef class Context:
     cdef readonly int n_threads
     cdef readonly bint is_mtp
     cdef readonly int n_vocab
+    cdef readonly bint batch_invariant   # exact mode's kernels (see _batch_invariant.h)
     cdef int _nextn             # 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens

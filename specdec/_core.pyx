@@ -643,6 +643,9 @@ cdef class Context:
     qwen35/qwen35moe each decode writes only those its batch can need (``rs_trim``).
     ``nextn`` turns on the target's hidden states for MTP: ``"masked"`` (rows for
     output tokens only) or ``"dense"`` (one row per batch entry).
+    ``batch_invariant=True`` makes every row of a batch of 2 rows or more come out
+    bit-identical whatever else the batch holds (exact mode): CPU backends only,
+    weights not repacked (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``.
     """
 
     def __cinit__(self):
@@ -655,7 +658,7 @@ cdef class Context:
     def __init__(self, Model model not None, *, n_ctx=4096, n_batch=512, n_ubatch=None,
                  n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0,
                  nextn=None, flash_attn=None, swa_full=True, kv_unified=None,
-                 n_outputs_max=0, bint lazy_logits=False):
+                 n_outputs_max=0, bint lazy_logits=False, bint batch_invariant=False):
         if self.ctx != NULL:
             raise RuntimeError("Context is already initialised")
         model._alive()
@@ -703,6 +706,10 @@ cdef class Context:
                                  "(n_rs_seq); use state checkpoints")
             if is_mtp:
                 raise ValueError("n_rs_seq is for the target context; the MTP context is plain KV")
+        if batch_invariant and model.use_extra_bufts:
+            raise ValueError("batch_invariant needs the model loaded with Model(..., "
+                             "use_extra_bufts=False): repacked weights run kernels that depend on "
+                             "the batch's row count")
         if n_ctx > 1 << 24 or n_batch > 1 << 20:
             raise ValueError("n_ctx / n_batch unreasonably large")
 
@@ -736,6 +743,16 @@ cdef class Context:
             why = _recent_errors()
             raise ValueError("failed to create the context" + (f": {why}" if why else ""))
         self.model = model
+        if batch_invariant:
+            other = sd_first_non_cpu_backend(self.ctx).decode()
+            if other:
+                llama_free(self.ctx)
+                self.ctx = NULL
+                raise ValueError(f"batch_invariant (exact mode) holds on the CPU backend only; this "
+                                 f"context also computes on {other!r}, whose kernels are chosen "
+                                 f"by row count")
+            sd_set_batch_invariant(self.ctx, True)
+        self.batch_invariant = batch_invariant
         self.mem = llama_get_memory(self.ctx)
         self.n_ctx = llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_n_ctx_seq(self.ctx)

@@ -216,6 +216,12 @@ cdef extern from "_rs_graph.h" nogil:
     void sd_set_graph_n_rs_seq(llama_context * ctx, uint32_t n)
 
 
+cdef extern from "_batch_invariant.h" nogil:
+    # batch-invariant CPU kernels for exact mode (see _batch_invariant.h)
+    int sd_set_batch_invariant(llama_context * ctx, cbool on)
+    const char * sd_first_non_cpu_backend(llama_context * ctx)
+
+
 cdef extern from "_lm_head.h" nogil:
     # the lazy LM head (see _lm_head.h)
     cppclass sd_lm_head:

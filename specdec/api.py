@@ -62,10 +62,11 @@ class Decoder:
 
     ``drafter`` is a name (``"ngram"``, ``"draft:PATH"``), a :class:`Drafter`, an
     object with ``propose``, or a list of them tried in order (a chain).
-    ``exact=True`` makes greedy speculative output equal plain output token for
-    token: the target is loaded without repacked weight layouts and no decode is
-    ever a single row, so every row of a verify batch runs the same kernels
-    whatever the draft length (see ``Controller._pad``).
+    ``exact=True`` makes greedy speculative output equal exact plain output token
+    for token: the target is loaded without repacked weight layouts, its context
+    computes every row with batch-invariant CPU kernels (``Context(batch_invariant=True)``)
+    and no decode is ever a single row, so a row's logits do not depend on the
+    draft length (see ``Controller._pad``).
 
     Python drafters are plugins and may misbehave: ``drafter_timeout`` (seconds) runs
     each of their hooks with a deadline, and ``on_drafter_error="disable"`` turns a
@@ -128,11 +129,16 @@ class Decoder:
             nextn = getattr(d, "target_nextn", None) or nextn
         if lazy_logits is None:
             lazy_logits = nextn is None or self.model.arch in LAZY_NEXTN_ARCHS
+        verify_rows = n_seq_max * (n_max_eff + 1)
+        if self.exact and n_ubatch is not None and n_ubatch < max(verify_rows, 2):
+            # a verify split into ubatches could leave a single row, which other kernels compute
+            raise ValueError(f"exact=True needs n_ubatch >= {max(verify_rows, 2)} (n_seq_max * "
+                             f"(n_max + 1)) so that no verify batch is split; got {n_ubatch}")
         self.ctx = Context(
-            self.model, n_ctx=n_ctx, n_batch=max(n_batch, n_seq_max * (n_max_eff + 1)),
+            self.model, n_ctx=n_ctx, n_batch=max(n_batch, verify_rows),
             n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
             n_rs_seq=max(n_max_eff, int(self.exact)) if recurrent and (n_max_eff or self.exact) else 0,
-            nextn=nextn, lazy_logits=bool(lazy_logits))
+            nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=self.exact)
         for d in self.drafters:
             d.bind(self.ctx, n_seq_max)
         self.check = bool(check)

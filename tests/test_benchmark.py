@@ -64,6 +64,14 @@ def test_tiny_run_rows_and_exact_check(tiny_results):
     assert mtp.match == 1.0 and mtp.check == "PASS"
     assert sum(mtp.drafted_per_position) == mtp.drafted
     assert tiny_results["failures"] == []
+    exact = by[("specdec mtp n2 exact", "bigram")]
+    assert exact.exact and exact.tok_s > 0 and exact.check == "PASS"
+    cost = tiny_results["ratios"]["mtp-tiny-90: specdec mtp n2 exact / specdec mtp n2"]
+    assert cost["kind"] == "exact-cost" and not cost["tracked"]
+    assert cost["value"] == pytest.approx(exact.tok_s / mtp.tok_s, rel=1e-3)
+    oracle = tiny_results["oracle_checks"]
+    assert {c["n_max"] for c in oracle} == {4, 8, 16}
+    assert oracle and all(c["check"] == "PASS" for c in oracle)
     assert tiny_results["machine"]["threads"] == 2 and tiny_results["machine"]["cpu"]
     key = "mtp-tiny-90: specdec mtp best fixed / specdec plain"
     assert tiny_results["ratios"][key]["tracked"]

@@ -28,13 +28,15 @@ class Method:
     n_max: int = 0
     adaptive: bool = False
     extra: Tuple[str, ...] = ()      # llama.cpp flags
+    exact: bool = False              # specdec exact mode (batch-invariant kernels), timed
 
     @property
     def label(self) -> str:
+        tag = " exact" if self.exact else ""
         if self.family == "plain":
-            return f"{self.side} plain"
+            return f"{self.side} plain{tag}"
         how = "adaptive" if self.adaptive else f"n{self.n_max}"
-        return f"{self.side} {self.drafter} {how}"
+        return f"{self.side} {self.drafter} {how}{tag}"
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,16 @@ class Matrix:
     bench_reps: int = 2              # llama-bench repetitions per round
 
 
-def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False) -> Method:
+def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False,
+       exact: bool = False) -> Method:
     """A specdec method; with ``adaptive`` ``n_max`` is the longest draft the policy may pick."""
-    return Method(SPECDEC, family, drafter, n_max, adaptive)
+    return Method(SPECDEC, family, drafter, n_max, adaptive, exact=exact)
+
+
+# exact mode's cost: plain, a fixed n-gram and the adaptive suffix drafter, timed in exact mode
+# beside the same methods in fast mode (ratio kind "exact-cost")
+EXACT = (Method(SPECDEC, "plain", exact=True), _s("ngram", "ngram", 3, exact=True),
+         _s("suffix", "suffix", 16, adaptive=True, exact=True))
 
 
 PLAIN = Method(SPECDEC, "plain")
@@ -117,7 +126,7 @@ def quick() -> Matrix:
                   _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
                   _s("suffix", "suffix", 16, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
-                  LCP_PLAIN, Method(LCP, "ngram", "pld", 2)),
+                  LCP_PLAIN, Method(LCP, "ngram", "pld", 2)) + EXACT,
                  n_gen=128)
     # the best fixed n_max in the full sweep (2026-11-22, 2 cores): 3 at 90%, 2 at 70%, 1 at 50%;
     # Q8_0 at 70% only (the full matrix has every level in both weight types)
@@ -142,6 +151,7 @@ def full() -> Matrix:
     s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]
     s += [Method(LLAMA_CPP, "ngram-cache", "ngram-cache", n) for n in (3, 4)]
     s += [LCP_PLAIN] + [Method(LCP, "ngram", "pld", n) for n in (2, 3, 10)]
+    s += EXACT
     gemma = Case("gemma3-270m", "gemma", tuple(all_prompts()), tuple(s), n_gen=256)
     # layer-skip draft: the first 14 of gemma's 18 layers. 6 or 10 layers are never accepted
     # (0% on every side); 14 is (~80%), though on a model this small it costs nearly a full pass
@@ -159,7 +169,7 @@ def full() -> Matrix:
 
 def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True, interleave: int = 0) -> Matrix:
     """The tiny bigram model, plain and MTP: for tests of the runner, report and gate."""
-    methods = [PLAIN, _s("mtp", "mtp", 2)]
+    methods = [PLAIN, _s("mtp", "mtp", 2), _s("mtp", "mtp", 2, exact=True)]
     if interleave:
         methods.append(_s("mtp", "mtp", 2, adaptive=True))
     if peers:

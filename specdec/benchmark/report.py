@@ -9,7 +9,8 @@ Ratio kinds:
 - ``speedup``: a specdec method over specdec plain decoding (tracked by the gate);
 - ``vs-llama.cpp``: specdec against llama.cpp for the same method, and plain
   specdec against ``llama-bench`` (tracked by the gate);
-- ``vs-llama-cpp-python``: shown, not tracked.
+- ``vs-llama-cpp-python``: shown, not tracked;
+- ``exact-cost``: a method in exact mode over the same method in fast mode: shown, not tracked.
 """
 from __future__ import annotations
 
@@ -111,6 +112,7 @@ class _Case:
         cands = [m for m in self.methods if self.meta[m].side == side
                  and (family is None or self.meta[m].family == family)
                  and (adaptive is None or self.meta[m].adaptive == adaptive)
+                 and not self.meta[m].exact
                  and not (exclude_plain and self.meta[m].family == "plain")]
         scored = [(self.score(m), m) for m in cands]
         scored = [x for x in scored if x[0] > 0]
@@ -160,6 +162,10 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
             fam = next(r.family for r in c.interleaved if r.method == m)
             put(case, f"{m} / specdec plain, interleaved", v, "speedup",
                 0.97 if fam == "mtp" else None)
+        for m in c.methods:
+            fast = m[:-len(" exact")]
+            if c.meta[m].exact and fast in c.meta:
+                put(case, f"{m} / {fast}", c.ratio(m, fast), "exact-cost")
         best_ours = c.best(SPECDEC)
         ngram_fams = ("ngram", "ngram-map", "ngram-mod", "ngram-cache")
         theirs_ng = [m for m in (c.best(LLAMA_CPP, f) for f in ngram_fams) if m]
@@ -194,6 +200,8 @@ def finalize(results: Dict[str, Any]) -> Dict[str, Any]:
     rows = rows_of(results)
     results["ratios"] = {k: r.to_dict() for k, r in compute_ratios(rows).items()}
     results["failures"] = [f"{r.case} / {r.prompt} / {r.method}: {r.check}" for r in failures(rows)]
+    results["failures"] += [f"{c['case']} / {c['prompt']} / oracle n{c['n_max']} (exact): {c['check']}"
+                            for c in results.get("oracle_checks", []) if c["check"] != "PASS"]
     return results
 
 
@@ -333,13 +341,22 @@ def markdown(results: Dict[str, Any]) -> str:
     lines += [f"| {r.name} | {r.value:.3f} | {r.kind} | {'tracked' if r.tracked else ''} |"
               for r in ratios.values()]
     fails = failures(rows)
+    oracle = results.get("oracle_checks", [])
+    oracle_fails = [c for c in oracle if c["check"] != "PASS"]
     lines += ["", "## Exact-mode output check", ""]
-    if fails:
+    if fails or oracle_fails:
         lines += [f"- **{r.case} / {r.prompt} / {r.method}: {r.check}**" for r in fails]
+        lines += [f"- **{c['case']} / {c['prompt']} / oracle n{c['n_max']}: {c['check']}**"
+                  for c in oracle_fails]
     else:
         n = sum(1 for r in rows if r.check == "PASS")
         lines += [f"All {n} specdec (method, prompt) pairs produce plain greedy output token for "
                   f"token in exact mode ({s['check_tokens']} tokens)."]
+    if oracle and not oracle_fails:
+        ks = sorted({c["n_max"] for c in oracle})
+        lines += [f"An oracle drafter (the plain output itself) at n_max {', '.join(map(str, ks))} "
+                  f"is accepted in full and changes nothing on all {len(oracle)} (case, prompt, "
+                  f"n_max) triples: verify batches of 2 to {max(ks) + 1} rows are batch-invariant."]
     gone = [r for r in rows if r.status != "ok"]
     if gone:
         lines += ["", "## Methods that did not run", ""]

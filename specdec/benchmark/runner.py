@@ -27,6 +27,7 @@ from ..models import default_model_path
 from . import machine, peers
 from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
+from .oracle import Oracle
 from .prompts import Prompt
 
 INJECT_ENV = "SPECDEC_BENCH_INJECT_SLEEP_MS"
@@ -36,6 +37,10 @@ INTERLEAVED = "(interleaved with plain)"   # suffix of the prompt name of interl
 
 def interleaved_prompt(name: str) -> str:
     return f"{name} {INTERLEAVED}"
+
+
+# draft lengths of the oracle's exact check: verify batches of up to 17 rows on every prompt
+ORACLE_N_MAX = (4, 8, 16)
 
 
 def is_interleaved(prompt: str) -> bool:
@@ -55,6 +60,7 @@ class Row:
     drafter: str = ""
     n_max: int = 0
     adaptive: bool = False
+    exact: bool = False
     tok_s: float = 0.0
     tok_s_runs: List[float] = field(default_factory=list)
     drafted: int = 0
@@ -167,6 +173,7 @@ class Runner:
         self._lcp: Optional[peers.LcpWorker] = None
         self._lcp_error: Optional[str] = None
         self._t0 = 0.0
+        self._oracle_checks: List[Dict[str, Any]] = []   # exact mode at n_max in ORACLE_N_MAX
         self._done = 0
         self._total = 0
         self._case_n_ctx = 4096
@@ -223,6 +230,9 @@ class Runner:
         draft = self.models.draft(case)
         mtp = any(m.family == "mtp" for m in case.methods)
         model = Model(target, load_mtp=mtp)
+        # exact mode runs on weights that are not repacked
+        exact_model = (Model(target, load_mtp=mtp, use_extra_bufts=False)
+                       if any(m.exact for m in case.methods) else None)
         self._case_n_ctx = self._n_ctx(model, case.n_gen, case.prompts)
         rows: List[Row] = []
         decs: Dict[Method, api.Decoder] = {}
@@ -233,7 +243,8 @@ class Runner:
                 errors[m] = reason
             elif m.side == SPECDEC:
                 try:
-                    decs[m] = self._decoder(model, m, case.n_gen, case.prompts)
+                    decs[m] = self._decoder(exact_model if m.exact else model, m, case.n_gen,
+                                            case.prompts, exact=m.exact)
                 except Exception as e:  # noqa: BLE001
                     errors[m] = f"{type(e).__name__}: {e}"
             elif m.side == LCP:
@@ -317,7 +328,7 @@ class Runner:
         rows = []
         for m in timed:
             r = Row(case.name, p.name, p.category, m.label, m.side, m.family, m.drafter, m.n_max,
-                    m.adaptive)
+                    m.adaptive, m.exact)
             got = samples[m]
             if m in errs and not got:
                 r.status = "unavailable" if m in errors else "error"
@@ -417,6 +428,30 @@ class Runner:
         for r in rows:
             if r.side == SPECDEC and r.family == "plain" and r.prompt != BOS_PROMPT:
                 r.check = "ref"
+        self._oracle_check(case, model, plain_dec, ref)
+
+    def _oracle_check(self, case: Case, model: Model, plain_dec: api.Decoder,
+                      ref: Dict[str, List[int]]) -> None:
+        """Exact mode at every verify batch size up to ``max(ORACLE_N_MAX) + 1`` rows: a
+        drafter that proposes the plain output itself must be accepted in full and change
+        nothing, whatever drafters the case times."""
+        n = self.m.check_tokens
+        book = {tuple(plain_dec.tokenize(p.text)): ref[p.name] for p in case.prompts}
+        for k in ORACLE_N_MAX:
+            dec = api.Decoder(model, drafter=Oracle(book), n_max=k, exact=True,
+                              n_ctx=self._n_ctx(model, n, case.prompts), n_threads=self.threads)
+            verdicts = []
+            for p in case.prompts:
+                try:
+                    res = dec.generate(p.text, max_tokens=n)
+                    ok = res.tokens == ref[p.name] and res.stats.accepted == res.stats.drafted
+                    verdicts.append("PASS" if ok else "FAIL")
+                except Exception as e:  # noqa: BLE001
+                    verdicts.append(f"error: {type(e).__name__}: {e}")
+                self._oracle_checks.append({"case": case.name, "prompt": p.name, "n_max": k,
+                                            "check": verdicts[-1]})
+            self.log(f"exact check {case.name} oracle n{k}: "
+                     f"{'PASS' if all(v == 'PASS' for v in verdicts) else 'FAIL'}")
 
     # --- all ----------------------------------------------------------------------------
 
@@ -424,6 +459,7 @@ class Runner:
         """Run every case; returns the results dict that ``report`` renders and saves."""
         self._t0 = time.monotonic()
         self._total = self._count()
+        self._oracle_checks = []
         info = machine.describe(self.threads)
         rows: List[Row] = []
         try:
@@ -448,6 +484,7 @@ class Runner:
                                    for c in self.m.cases}},
             "wall_s": round(time.monotonic() - self._t0, 1),
             "rows": [r.to_dict() for r in rows],
+            "oracle_checks": self._oracle_checks,
         }
 
 

@@ -1,0 +1,57 @@
+// Batch-invariant CPU kernels for a context: a row's outputs do not depend on how many rows
+// share its batch (exact mode).
+//
+// Why: ggml-cpu picks matmul and attention kernels by row count, and they accumulate in
+// different orders. At the pinned commit:
+//   - K-quant and IQ weights (Q2_K..Q6_K, IQ*) take the tiled kernel (ggml-cpu/tiled/) for
+//     batches of 8 rows or more and vec_dot below that;
+//   - flash attention takes a tiled kernel at 64 query rows or more (GGML_FA_TILE_Q) and a
+//     split-KV kernel for a single row;
+//   - llamafile's tinyBLAS takes Q4_0/Q5_0/Q8_0/IQ4_NL/F16/F32 weights for 2 rows or more,
+//     vec_dot for one (per element it accumulates in the same order whatever the tile).
+// So a verify of 8+ rows rounds differently from the 2-row decodes of exact plain decoding,
+// and near-ties flip.
+//
+// How: ggml's CPU backend has a per-backend "reference" switch (ggml_backend_cpu_set_use_ref)
+// that turns the tiled matmul, the tiled and split-KV attention and op fusion off, so every
+// batch of 2 rows or more computes each row with the same kernels in the same order. A single
+// row still differs (tinyBLAS starts at 2 rows): the controller never decodes one row in exact
+// mode. Weights must not be repacked (Model(use_extra_bufts=False)): the repacked kernels
+// depend on the row count modulo 4, and the switch does not reach them.
+//
+// The switch reaches only CPU backends. sd_set_batch_invariant returns the number of backends
+// of the context's scheduler that are not the CPU (GPU, RPC, BLAS): their kernels are chosen by
+// their own rules, so the caller refuses exact mode when it is not 0.
+#pragma once
+
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "llama-context.h"
+
+static inline int sd_set_batch_invariant(llama_context * ctx, bool on) {
+    ggml_backend_sched_t sched = ctx->get_sched();
+    const int n = ggml_backend_sched_get_n_backends(sched);
+    int others = 0;
+    for (int i = 0; i < n; i++) {
+        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
+        if (ggml_backend_is_cpu(b)) {
+            ggml_backend_cpu_set_use_ref(b, on);
+        } else {
+            others++;
+        }
+    }
+    return others;
+}
+
+// the name of the first backend that is not the CPU, "" when there is none
+static inline const char * sd_first_non_cpu_backend(llama_context * ctx) {
+    ggml_backend_sched_t sched = ctx->get_sched();
+    const int n = ggml_backend_sched_get_n_backends(sched);
+    for (int i = 0; i < n; i++) {
+        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
+        if (!ggml_backend_is_cpu(b)) {
+            return ggml_backend_name(b);
+        }
+    }
+    return "";
+}
