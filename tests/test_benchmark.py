@@ -27,7 +27,7 @@ def bench_cache(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_results(bench_cache):
-    m = matrix.tiny(n_gen=48, reps=2, peers=False)
+    m = matrix.tiny(n_gen=48, reps=2, peers=False, exact=True)
     return report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
 
 
