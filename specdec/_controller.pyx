@@ -33,8 +33,16 @@ DEF STOP_STRING = 2
 DEF LENGTH = 3
 DEF CTX_FULL = 4
 
-_FINISH = {RUNNING: None, STOP_EOG: "stop", STOP_STRING: "stop", LENGTH: "length",
-           CTX_FULL: "length"}
+_FINISH = {RUNNING: None, STOP_EOG: "eos", STOP_STRING: "stop", LENGTH: "length",
+           CTX_FULL: "context"}
+
+# where a round's time goes: every interval of a round is added to exactly one of these
+DEF T_TARGET = 0      # the target's decode (llama.cpp)
+DEF T_HEAD = 1        # the lazy LM head's passes (logits of the rows verification reads)
+DEF T_DRAFT = 2       # drafters: proposing, and observing / accepting what was kept
+DEF T_VERIFY = 3      # accept / reject (argmax, rejection sampling) and the rollback
+DEF T_CONTROL = 4     # the controller itself: batches, policy, emitting text, stop strings
+DEF N_PARTS = 5
 
 
 cdef inline double _now() noexcept nogil:
@@ -51,6 +59,7 @@ cdef class _Seq:
     cdef int finish
     cdef int n_prompt
     cdef vector[int32_t] out
+    cdef vector[size_t] ends   # text length after each token of ``out``
     cdef string text
     cdef size_t taken
     cdef Rng rng
@@ -92,7 +101,9 @@ cdef class Controller:
     # stats, counted in C, turned into Python once in ``stats()``
     cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds
     cdef vector[int64_t] drafted_at, accepted_at
-    cdef double t_prompt, t_target, t_draft, t_total, t_start
+    cdef double t_prompt, t_start, t_gen
+    cdef double t_part[N_PARTS]   # seconds per T_* part, summed over the rounds
+    cdef double t_mark            # end of the last interval added to t_part
     cdef double t_sync       # of the last _propose: drafters catching up, not drafting
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
@@ -209,7 +220,8 @@ cdef class Controller:
             for j, t in enumerate(checked[i]):
                 toks[j] = t
             self._prefill(s, toks)
-        self.t_prompt = _now() - self.t_start
+        self.t_mark = _now()
+        self.t_prompt = self.t_mark - self.t_start
 
     cdef int _prefill(self, _Seq s, vector[int32_t] & toks) except -1:
         cdef int n = toks.size(), i0 = 0, i, m
@@ -262,8 +274,21 @@ cdef class Controller:
             raise AssertionError(f"emitted token {y} is not the argmax {ref} of its verify row")
         return 0
 
+    cdef inline double _lap(self, int part) noexcept nogil:
+        """Add the time since the last lap to ``part``; returns it."""
+        cdef double now = _now(), dt = now - self.t_mark
+        self.t_part[part] += dt
+        self.t_mark = now
+        return dt
+
     cdef bint _emit(self, _Seq s, int32_t tok) except -1:
-        """Append one token; True when the sequence is finished."""
+        """Append one token; True when the sequence is finished.
+
+        A stop string cuts the text where it begins, and the tokens that lie wholly at or
+        after that point are dropped: ``tokens`` ends with the token in which the stop
+        string begins (whose text may run past ``text``), or before it when it begins
+        exactly at a token boundary.
+        """
         cdef char buf[256]
         cdef int n, start
         cdef size_t pos, from_
@@ -274,12 +299,18 @@ cdef class Controller:
         n = self.model.piece_c(tok, buf, sizeof(buf))
         if n > 0:
             s.text.append(buf, n)
+        s.ends.push_back(s.text.size())
+        if n > 0:
             for i in range(self.stops.size()):
                 start = <int>s.text.size() - n - <int>self.stops[i].size() + 1
                 from_ = start if start > 0 else 0
                 pos = s.text.find(self.stops[i], from_)
                 if pos != <size_t>-1:
                     s.text.resize(pos)
+                    while s.out.size() > 0 and (s.ends[s.ends.size() - 2]
+                                                if s.ends.size() >= 2 else 0) >= pos:
+                        s.out.pop_back()
+                        s.ends.pop_back()
                     s.finish = STOP_STRING
                     return True
         if <int>s.out.size() >= s.max_tokens:
@@ -313,7 +344,8 @@ cdef class Controller:
         """One round for every live sequence; returns how many sequences are still running."""
         cdef _Seq s
         cdef int i, k_cap, k_want, alive = 0
-        cdef double t0 = _now(), t1
+        cdef double t1, t0 = _now()
+        self.t_mark = t0          # the caller's time between rounds is not generation time
         self.batch.clear_c()
         for s in self.seqs:
             if s.finish != RUNNING:
@@ -328,10 +360,9 @@ cdef class Controller:
                         self.ctx.n_batch - self.batch.b.n_tokens - 1)
             if self.rs_cap >= 0:
                 k_cap = min(k_cap, self.rs_cap)
-            t1 = _now()
+            self._lap(T_CONTROL)
             self._propose(s, k_cap)
-            t1 = _now() - t1
-            self.t_draft += t1
+            t1 = self._lap(T_DRAFT)
             # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
             # without drafts is not a cost of drafting this round (it would stop the drafts
             # for good: the longer the pause, the dearer the next draft would look)
@@ -353,14 +384,14 @@ cdef class Controller:
                 self.batch.add_c(s.draft.tokens[i], s.n_past + 1 + i, s.id, True)
             alive += 1
         if alive == 0:
-            self.t_total = _now() - self.t_start
+            self._lap(T_CONTROL)
+            self.t_gen += self.t_mark - t0
             return 0
         if self.exact and self.batch.b.n_tokens == 1:
             self._pad()
-        t1 = _now()
+        self._lap(T_CONTROL)
         self.ctx.decode_c(self.batch)
-        cdef double t_dec = _now() - t1
-        self.t_target += t_dec
+        cdef double t_dec = self._lap(T_TARGET)
         self.n_rounds += 1
         alive = 0
         for s in self.seqs:
@@ -370,7 +401,8 @@ cdef class Controller:
             s.row0 = -1
             if s.finish == RUNNING:
                 alive += 1
-        self.t_total = _now() - self.t_start
+        self._lap(T_CONTROL)
+        self.t_gen += self.t_mark - t0
         return alive
 
     cdef int _pad(self) except -1:
@@ -410,11 +442,14 @@ cdef class Controller:
         if a < n_ready:
             return n_ready
         cdef int c = min(2, k + 1) if n_ready == 0 else k + 1 - n_ready
+        self._lap(T_VERIFY)
         self.ctx.prepare_logits_c(s.row0 + n_ready, c)
+        self._lap(T_HEAD)
         return n_ready + c
 
     cdef int _verify(self, _Seq s, double t_dec) except -1:
-        cdef double t_v = _now()
+        self._lap(T_CONTROL)
+        cdef double t_v = self.t_mark
         cdef int a = 0, i, k = s.k
         cdef int32_t y, x
         cdef float px, qx
@@ -456,6 +491,7 @@ cdef class Controller:
                     y = self.dist.sample_residual(s.rng, &x, &qx, 1)
                 break
             if y < 0:
+                n_ready = self._ready(s, k, k, n_ready)
                 y = self._sample(s, s.row0 + k)
         # the target's memory keeps ``last, d1..da``; the rest is rolled back
         cdef int keep = s.n_past + 1 + a
@@ -464,18 +500,19 @@ cdef class Controller:
                 raise RuntimeError(f"rollback of sequence {s.id} to {keep} refused by llama.cpp")
         # what the policy weighs is the whole verification: the decode, the lazy head's
         # passes (with gemma's 262k vocab as costly per row as the trunk) and the rollback
-        t_v = t_dec + _now() - t_v
+        self._lap(T_VERIFY)
+        t_v = t_dec + self.t_mark - t_v
         self.scratch.clear()
         self.scratch.push_back(s.last)
         for i in range(a):
             self.scratch.push_back(s.draft.tokens[i])
-        cdef double t1 = _now()
+        self._lap(T_CONTROL)
         for i in range(self.n_drafters):
             d = <Drafter> self.drafters[i]
             d.observe_c(s.id, self.scratch.data(), a + 1, s.row0)
             if i == s.proposer:
                 d.accept_c(s.id, a)
-        self.t_draft += _now() - t1
+        self._lap(T_DRAFT)
         s.n_past = keep
         # stats (the exact-mode filler guess is not a draft)
         if k > 0 and not filler:
@@ -569,17 +606,20 @@ cdef class Controller:
         return list(self._log)
 
     cdef _reset_stats(self):
+        cdef int i
         self._log = []
         self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
         self.n_filler = 0
         self.drafted_at.clear()
         self.accepted_at.clear()
-        self.t_prompt = self.t_target = self.t_draft = self.t_total = 0.0
+        self.t_prompt = self.t_gen = 0.0
+        for i in range(N_PARTS):
+            self.t_part[i] = 0.0
 
     def stats(self) -> dict:
         """Counters of the current request, as plain Python values."""
         n_gen = sum((<_Seq>s).out.size() for s in self.seqs)
-        t_gen = max(self.t_total - self.t_prompt, 1e-9)
+        t_gen = max(self.t_gen, 1e-9)
         return {
             "n_prompt": sum((<_Seq>s).n_prompt for s in self.seqs),
             "n_generated": n_gen,
@@ -593,9 +633,11 @@ cdef class Controller:
             "accepted_per_position": [self.accepted_at[i] for i in range(self.accepted_at.size())],
             "t_prompt_s": self.t_prompt,
             "t_generate_s": t_gen,
-            "t_target_s": self.t_target,
-            "t_draft_s": self.t_draft,
-            "t_controller_s": max(t_gen - self.t_target - self.t_draft, 0.0),
+            "t_target_s": self.t_part[T_TARGET],
+            "t_lm_head_s": self.t_part[T_HEAD],
+            "t_draft_s": self.t_part[T_DRAFT],
+            "t_verify_s": self.t_part[T_VERIFY],
+            "t_controller_s": self.t_part[T_CONTROL],
             # the first token comes from the prompt pass; the rest from rounds
             "tokens_per_s": (max(n_gen - len(self.seqs), 0) / t_gen) if n_gen else 0.0,
         }

@@ -60,27 +60,60 @@ def _run(ctl: Controller) -> None:
 class Decoder:
     """A model, its context and its drafters, kept across calls.
 
-    ``drafter`` is a name (``"ngram"``, ``"draft:PATH"``), a :class:`Drafter`, an
-    object with ``propose``, or a list of them tried in order (a chain).
-    ``exact=True`` makes greedy speculative output equal exact plain output token
-    for token: the target is loaded without repacked weight layouts, its context
-    computes every row with batch-invariant CPU kernels (``Context(batch_invariant=True)``)
-    and no decode is ever a single row, so a row's logits do not depend on the
-    draft length (see ``Controller._pad``).
+    Parameters
+    ----------
+    model
+        A GGUF path (``specdec.default_model_path()`` gives the default model) or a
+        loaded :class:`Model`.
+    drafter
+        A name (``"ngram"``, ``"ngram:4"``, ``"draft:PATH"``; ``specdec drafters`` lists
+        them with their arguments), a :class:`Drafter` instance or subclass, an object
+        with ``propose``, or a list of them tried in order (a chain). None: plain decoding.
+    n_max
+        The longest draft verified in one round (the verify batch holds ``n_max + 1`` rows
+        per sequence). With ``adaptive=True`` it is the upper bound of the chosen length.
+    n_min
+        Drafts shorter than this are dropped (the round decodes plainly).
+    p_min
+        Probabilistic drafters (draft models, MTP) stop a draft where their own
+        probability falls below it.
+    adaptive
+        Choose each round's draft length from measured acceptance per position and
+        measured verify and drafting costs; stop asking a drafter that does not pay.
+    exact
+        Greedy speculative output equal to exact plain output token for token: the
+        target is loaded without repacked weight layouts, its context computes every row
+        with batch-invariant CPU kernels (``Context(batch_invariant=True)``) and no decode
+        is ever a single row, so a row's logits do not depend on the draft length.
+    n_ctx
+        Context size in tokens (prompt plus generation, shared by the ``n_seq_max``
+        sequences); a sequence that fills it stops with ``finish_reason="context"``.
+    n_batch, n_ubatch, n_threads
+        llama.cpp's logical and physical batch sizes and its thread count.
+    n_seq_max
+        Sequences ``generate_batch`` can verify together in one batch per round.
+    load_mtp
+        Load the target's MTP layers (default: when an ``mtp`` drafter asks for them).
+    check
+        Re-check every emitted greedy token against an independent argmax of its verify
+        row, raising ``AssertionError`` on a mismatch (slow; for tests and debugging).
+    drafter_timeout, on_drafter_error
+        Python drafters are plugins and may misbehave: ``drafter_timeout`` (seconds) runs
+        each of their hooks with a deadline, and ``on_drafter_error="disable"`` turns a
+        raised error or a garbage draft into plain rounds instead of a ``DrafterError``;
+        either fault switches that drafter off for the rest of the request, with a
+        ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
+    lazy_logits
+        Default: on wherever it can run (every target, except one that feeds MTP hidden
+        states on an arch outside ``LAZY_NEXTN_ARCHS``; one-sequence batches only). Each
+        decode stops at the final norm and a row's logits are computed only when
+        verification reaches it, all rows of a pass sharing one read of the LM head: a
+        rejected draft no longer pays for the vocabulary projection of the rows after
+        it. Each row's logits are bit-identical to a one-row LM head's for the same
+        hidden state (``specdec/_lm_head.h``).
 
-    Python drafters are plugins and may misbehave: ``drafter_timeout`` (seconds) runs
-    each of their hooks with a deadline, and ``on_drafter_error="disable"`` turns a
-    raised error or a garbage draft into plain rounds instead of a ``DrafterError``;
-    either fault switches that drafter off for the rest of the request, with a
-    ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
-
-    ``lazy_logits`` (default: on wherever it can run: every target, except one that
-    feeds MTP hidden states on an arch outside ``LAZY_NEXTN_ARCHS``; one-sequence
-    batches only) stops each decode at the final norm and computes a
-    row's logits only when verification reaches it, all rows of a pass sharing one
-    read of the LM head: a rejected draft no longer pays for the vocabulary
-    projection of the rows after it. Each row's logits are bit-identical to a
-    one-row LM head's for the same hidden state (``specdec/_lm_head.h``).
+    ``close()`` frees the llama.cpp context now rather than at garbage collection, and
+    ``with Decoder(...) as dec:`` closes it at the end of the block.
     """
 
     def __init__(
@@ -146,6 +179,31 @@ class Decoder:
         self._controller: Optional[Controller] = None
         self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
+        self._closed = False
+
+    def close(self) -> None:
+        """Free the target's llama.cpp context and the drafters' now; the decoder cannot
+        generate afterwards. Closing twice is harmless."""
+        if self._closed:
+            return
+        self._acquire()
+        try:
+            for d in self.drafters:
+                close = getattr(d, "close", None)
+                if close is not None:
+                    close()
+            self.drafters = []
+            self._policies.clear()
+            self.ctx.close()
+            self._closed = True
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> "Decoder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         names = [d.name for d in self.drafters] or ["plain"]
@@ -182,6 +240,8 @@ class Decoder:
         return ctl
 
     def _acquire(self) -> None:
+        if self._closed:
+            raise RuntimeError("this Decoder is closed")
         if self._lock.acquire(blocking=False):
             return
         # a stream this thread left unfinished (abandoned, or cut by Ctrl-C between pieces)

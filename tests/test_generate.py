@@ -58,7 +58,7 @@ def test_eos_stops(bigram_eos_path):
     while t != 7:
         walk.append(t)
         t = int(succ[t])
-    assert r.finish_reason == "stop"
+    assert r.finish_reason == "eos"
     assert r.tokens == walk
     assert 7 not in r.tokens
 
@@ -130,7 +130,7 @@ def test_context_limit_ends_with_length(gemma):
     dec = Decoder(gemma, n_ctx=32)
     prompt = gemma.tokenize("Count: 1, 2, 3,")
     r = dec.generate(prompt, max_tokens=500)
-    assert r.finish_reason == "length"
+    assert r.finish_reason == "context"
     assert len(prompt) + len(r.tokens) == dec.ctx.n_ctx_seq + 1  # the last token needs no slot
 
 

@@ -222,7 +222,7 @@ def test_context_limit_ends_with_length(tiny_dense_path, drafter, sampled):
     sampling = {"temperature": 0.9, "seed": 3} if sampled else None
     for _ in range(3):   # and again: the decoder is reusable after hitting n_ctx
         r = dec.generate(prompt, max_tokens=500, sampling=sampling)
-        assert r.finish_reason == "length"
+        assert r.finish_reason == "context"
         assert len(prompt) + len(r.tokens) == dec.ctx.n_ctx_seq + 1
     if not sampled:
         plain = Decoder(model, n_ctx=48).generate(prompt, max_tokens=500)

@@ -166,10 +166,10 @@ def test_high_acceptance_at_noise_zero(bigram):
 def test_stops_at_end_of_generation(bigram_eos_path):
     """A draft that reaches the end-of-generation token stops there; so does the output."""
     plain = Decoder(bigram_eos_path, n_ctx=1024).generate(PROMPT, max_tokens=600)
-    assert plain.finish_reason == "stop" and len(plain.tokens) < 512
+    assert plain.finish_reason == "eos" and len(plain.tokens) < 512
     for n_max in (1, 4):
         _, _, res = _run(bigram_eos_path, n_max, 600)
-        assert res.tokens == plain.tokens and res.finish_reason == "stop"
+        assert res.tokens == plain.tokens and res.finish_reason == "eos"
         assert res.stats.acceptance_rate == 1.0
 
 

@@ -15,6 +15,7 @@ downloaded copy of the sdist.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -46,8 +47,13 @@ def _sha256(path: Path) -> str:
 
 
 def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "specdec" / "sdist"
+    """The sdist's place in the specdec cache dir (the rule lives in specdec/cache.py,
+    loaded by path: this script runs before specdec is built)."""
+    spec = importlib.util.spec_from_file_location(
+        "_specdec_cache", Path(__file__).resolve().parent.parent / "specdec" / "cache.py")
+    mod = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)
+    return mod.cache_dir() / "sdist"
 
 
 def _download(dst: Path) -> None:

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..cache import cache_dir
+
 VERSION = "0.3.36"
 SDIST_NAME = f"llama_cpp_python-{VERSION}.tar.gz"
 # the same archive tools/fetch_llama_cpp.py takes llama.cpp from (one pin, one hash)
@@ -40,15 +42,10 @@ CMAKE_ARGS = [
 ]
 
 
-def _cache_base() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specdec"
-
-
 def peer_dir() -> Path:
     """``$SPECDEC_PEERS_DIR/llama-cpp-python-<version>`` or the same under ``~/.cache/specdec/peers``."""
     root = os.environ.get("SPECDEC_PEERS_DIR")
-    base = Path(root).expanduser() if root else _cache_base() / "peers"
+    base = Path(root).expanduser() if root else cache_dir() / "peers"
     flags = hashlib.sha256(json.dumps(CMAKE_ARGS).encode()).hexdigest()[:8]
     return base / f"llama-cpp-python-{VERSION}-{flags}"
 
@@ -75,7 +72,7 @@ def _sha256(path: Path) -> str:
 
 def _sdist(log) -> Path:
     """The sdist: the copy tools/fetch_llama_cpp.py keeps in the cache, else ``pip download``."""
-    for cand in (os.environ.get("SPECDEC_LLAMA_SDIST"), _cache_base() / "sdist" / SDIST_NAME,
+    for cand in (os.environ.get("SPECDEC_LLAMA_SDIST"), cache_dir() / "sdist" / SDIST_NAME,
                  peer_dir() / SDIST_NAME):
         if cand and Path(cand).is_file() and _sha256(Path(cand)) == SDIST_SHA256:
             return Path(cand)
@@ -93,7 +90,7 @@ def _sdist(log) -> Path:
 
 def vendored_llama_cpp() -> Path:
     """The sdist's ``vendor/llama.cpp``, unpacked once into the cache (installed packages)."""
-    dest = _cache_base() / "llama-src" / LLAMA_PIN
+    dest = cache_dir() / "llama-src" / LLAMA_PIN
     if (dest / "CMakeLists.txt").exists():
         return dest
     with _locked(dest.parent):

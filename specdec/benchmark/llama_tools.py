@@ -29,6 +29,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from ..cache import cache_dir
+
 from . import lcp_build
 
 # In a source checkout (editable install) the tools build from the tree specdec itself
@@ -94,14 +96,13 @@ def tools_dir() -> Path:
     """Cache dir for the reference tools.
 
     ``$SPECDEC_LLAMA_TOOLS_DIR`` if set, else
-    ``${XDG_CACHE_HOME:-~/.cache}/specdec/llama-tools/<pin>-<flags hash>``, so a
+    ``<specdec cache dir>/llama-tools/<pin>-<flags hash>``, so a
     new pin or new flags get a fresh build instead of silently reusing old binaries.
     """
     override = os.environ.get("SPECDEC_LLAMA_TOOLS_DIR")
     if override:
         return Path(override).expanduser().resolve()
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specdec" / "llama-tools" / f"{_pin()}-{_flags_hash()}"
+    return cache_dir() / "llama-tools" / f"{_pin()}-{_flags_hash()}"
 
 
 def _source_dir() -> Path:

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Sequence
 
 import numpy as np
 
-from ..models import cache_dir
+from ..cache import cache_dir
 from ..testing import write_bigram_mtp_model
 
 

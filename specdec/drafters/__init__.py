@@ -8,9 +8,30 @@ Write your own by subclassing :class:`Drafter` and overriding ``propose``::
     class RepeatLast(Drafter):
         def propose(self, seq, last_token, n_max):
             return [last_token] * n_max
-"""
-from ._base import Draft, Drafter, DrafterError
-from .registry import ENTRY_POINT_GROUP, available, create, get, register, wrap
 
-__all__ = ["Draft", "Drafter", "DrafterError", "register", "available", "create", "get", "wrap",
-           "ENTRY_POINT_GROUP"]
+The built-in classes (``NgramDrafter``, ``SuffixDrafter``, ``MtpDrafter``...) are
+importable from here; each is loaded on first use, so ``import specdec`` loads none.
+"""
+from typing import Any, List
+
+from ._base import Draft, Drafter, DrafterError
+from .registry import (BUILTINS, ENTRY_POINT_GROUP, OVERRIDE_ENV, available, create, describe,
+                       get, register, wrap)
+
+_CLASSES = {b.cls: b.module for b in BUILTINS.values()}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLASSES:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_CLASSES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(_CLASSES))
+
+
+__all__ = ["Draft", "Drafter", "DrafterError", "register", "available", "describe", "create",
+           "get", "wrap", "BUILTINS", "ENTRY_POINT_GROUP", "OVERRIDE_ENV", *sorted(_CLASSES)]

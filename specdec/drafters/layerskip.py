@@ -7,13 +7,13 @@ is cached next to the other specdec files, keyed by the target file and N.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 
+from .. import cache
 from .._core import Context
-from ..models import cache_dir
+from .._progress import shown
 from .draft_model import DraftModelDrafter
 from .registry import register
 
@@ -26,12 +26,14 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
     import gguf
 
     src = Path(src)
-    st = src.stat()
+    cached = out is None
     if out is None:
-        key = hashlib.sha256(f"{src.resolve()}|{st.st_size}|{st.st_mtime_ns}|{n_layers}".encode())
-        out = cache_dir() / "layerskip" / f"{src.stem}-L{n_layers}-{key.hexdigest()[:12]}.gguf"
+        out = cache.derived_path("layerskip", f"L{n_layers}",
+                                 cache.content_key(src, "layerskip", n_layers))
+        if cache.lookup(out) is not None:
+            return out
     out = Path(out)
-    if out.exists():
+    if not cached and out.exists():
         return out
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
@@ -63,8 +65,10 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
         w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_tensors_to_file(progress=shown())
     w.close()
+    if cached:
+        return cache.publish(tmp, out, source=src, kind="layerskip", n_layers=n_layers)
     os.replace(tmp, out)
     return out
 

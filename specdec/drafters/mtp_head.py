@@ -12,11 +12,12 @@ from the target's own tensors and cached next to the other specdec files.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
-from ..models import cache_dir
+
+from .. import cache
+from .._progress import progress
 
 #: head types ``mtp:TYPE`` accepts, lower case, and the ggml type each writes
 HEAD_TYPES = ("q8_0", "q5_0", "q4_0")
@@ -48,12 +49,14 @@ def derive_mtp_head_gguf(src: str | os.PathLike[str], head_type: str = "q4_0",
         raise ValueError(f"unknown MTP head type {head_type!r}; choose from {', '.join(HEAD_TYPES)}")
     qt = _qtype(head_type)
     src = Path(src)
-    st = src.stat()
+    cached = out is None
     if out is None:
-        key = hashlib.sha256(f"{src.resolve()}|{st.st_size}|{st.st_mtime_ns}|{qt.name}".encode())
-        out = cache_dir() / "mtp-head" / f"{src.stem}-{qt.name.lower()}-{key.hexdigest()[:12]}.gguf"
+        out = cache.derived_path("mtp-head", qt.name.lower(),
+                                 cache.content_key(src, "mtp-head", qt.name))
+        if cache.lookup(out) is not None:
+            return out
     out = Path(out)
-    if out.exists():
+    if not cached and out.exists():
         return out
     reader = gguf.GGUFReader(src)
     arch = reader.fields["general.architecture"].contents()
@@ -73,10 +76,9 @@ def derive_mtp_head_gguf(src: str | os.PathLike[str], head_type: str = "q4_0",
                 continue
             sub = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
             w.add_key_value(name, field.contents(), field.types[0], sub_type=sub)
-        for t in reader.tensors:
-            m = _BLK.match(t.name)
-            if m and int(m.group(1)) < first_nextn:
-                continue   # a trunk layer: the head file has none (mtp_only)
+        head = [t for t in reader.tensors
+                if not ((m := _BLK.match(t.name)) and int(m.group(1)) < first_nextn)]  # no trunk
+        for t in progress(iterable=head, desc=f"deriving the MTP head ({qt.name})", unit="tensor"):
             ttype = gguf.GGMLQuantizationType(t.tensor_type)
             requant = (len(t.shape) == 2 and t.name != "token_embd.weight"
                        and int(t.shape[0]) % block == 0 and ttype != qt)
@@ -95,5 +97,7 @@ def derive_mtp_head_gguf(src: str | os.PathLike[str], head_type: str = "q4_0",
         w.write_tensors_to_file()
     finally:
         w.close()
+    if cached:
+        return cache.publish(tmp, out, source=src, kind="mtp-head", head_type=qt.name.lower())
     os.replace(tmp, out)
     return out
