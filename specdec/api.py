@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import codecs
+import logging
 import os
 import threading
 import weakref
@@ -13,6 +14,10 @@ from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
 from .results import GenerationResult, Stats
+
+_log = logging.getLogger("specdec")
+#: drafting rounds a fixed-length drafter gets before it is judged (see ``Decoder._judge``)
+JUDGE_ROUNDS = 16
 
 PathLike = Union[str, "os.PathLike[str]"]
 Prompt = Union[str, bytes, Sequence[int]]
@@ -180,6 +185,27 @@ class Decoder:
         self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
         self._closed = False
+        self._judged = self.spec.adaptive or not self.drafters
+
+    def _judge(self, st: Stats) -> None:
+        """Warn once when fixed-length drafting has cost more than it gained.
+
+        Judged on the first request with ``JUDGE_ROUNDS`` drafting rounds: its gain is the
+        accepted tokens, each worth a round of the target (decode and LM head), its cost the
+        time spent drafting and verifying. The extra verify rows are left out of the cost,
+        so a drafter warned about loses for sure.
+        """
+        if self._judged or st.draft_rounds < JUDGE_ROUNDS or not st.rounds:
+            return
+        self._judged = True
+        gain = st.accepted * (st.t_target_s + st.t_lm_head_s) / st.rounds
+        cost = st.t_draft_s + st.t_verify_s
+        if cost > gain:
+            names = "+".join(d.name or type(d).__name__ for d in self.drafters)
+            _log.warning("drafter %s cost more than it gained over %d rounds (%.0f ms drafting and "
+                         "verifying for %d accepted tokens, worth ~%.0f ms of the target): "
+                         "Decoder(..., adaptive=True) drafts only when it pays",
+                         names, st.draft_rounds, cost * 1e3, st.accepted, gain * 1e3)
 
     def close(self) -> None:
         """Free the target's llama.cpp context and the drafters' now; the decoder cannot
@@ -254,14 +280,16 @@ class Decoder:
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
                                "thread")
 
-    @staticmethod
-    def _result(ctl: Controller, seq: int = 0) -> GenerationResult:
+    def _result(self, ctl: Controller, seq: int = 0) -> GenerationResult:
         st = ctl.stats()
         if ctl.n_sequences > 1:
             st = dict(st, n_prompt=ctl.n_prompt(seq), n_generated=len(ctl.tokens(seq)))
-        return GenerationResult(
+        res = GenerationResult(
             text=ctl.text(seq).decode("utf-8", "replace"), tokens=ctl.tokens(seq),
             finish_reason=ctl.finish_reason(seq), stats=Stats(**st))
+        if seq == 0:
+            self._judge(Stats(**ctl.stats()))
+        return res
 
     # --- public ------------------------------------------------------------------------
 
@@ -333,7 +361,7 @@ class Stream:
 
     def _release(self) -> None:
         if self.result is None:
-            self.result = Decoder._result(self._ctl)
+            self.result = self._decoder._result(self._ctl)
             self._decoder._lock.release()
 
     def _piece(self, final: bool) -> str:

@@ -3,6 +3,7 @@ import importlib
 import logging
 import os
 import subprocess
+import time
 import sys
 import tempfile
 
@@ -154,3 +155,54 @@ def test_help_decoder_documents_every_parameter():
         assert name in doc, f"Decoder's docstring does not document {name}"
     assert "._" not in doc                        # no pointers at private methods
     assert "close()" in doc and "with Decoder" in doc
+
+
+class _Slow(Drafter):
+    """Drafts tokens the target never takes (its own continuation, off by one), slowly."""
+
+    def __init__(self, truth, n_prompt):
+        super().__init__()
+        self.truth, self.n_prompt = truth, n_prompt
+
+    def propose(self, seq, last_token, n_max):
+        time.sleep(0.002)
+        done = len(self.history(seq)) - self.n_prompt + 1
+        return [(t + 1) % 100 for t in self.truth[done:done + n_max]]
+
+
+class _Oracle(Drafter):
+    def __init__(self, truth, n_prompt):
+        super().__init__("oracle")
+        self.truth, self.n_prompt = truth, n_prompt
+
+    def propose(self, seq, last_token, n_max):
+        done = len(self.history(seq)) - self.n_prompt + 1
+        return list(self.truth[done:done + n_max])
+
+
+def _judged(caplog):
+    return [r for r in caplog.records if "cost more than it gained" in r.getMessage()]
+
+
+def test_a_fixed_drafter_that_does_not_pay_gets_one_warning(tiny_dense_path, caplog):
+    plain = specdec.Decoder(tiny_dense_path, n_ctx=512).generate([1, 2, 3], max_tokens=60)
+    dec = specdec.Decoder(tiny_dense_path, drafter=_Slow(plain.tokens, 3), n_max=3, n_ctx=512)
+    with caplog.at_level(logging.WARNING, logger="specdec"):
+        dec.generate([1, 2, 3], max_tokens=10)           # too few rounds to judge
+        assert not _judged(caplog)
+        for _ in range(3):
+            assert dec.generate([1, 2, 3], max_tokens=40).stats.accepted == 0
+    (rec,) = _judged(caplog)
+    assert "adaptive=True" in rec.getMessage() and "_Slow" in rec.getMessage()
+
+
+def test_no_warning_for_a_paying_or_adaptive_drafter(tiny_dense_path, caplog):
+    plain = specdec.Decoder(tiny_dense_path, n_ctx=512).generate([1, 2, 3], max_tokens=100)
+    good = specdec.Decoder(tiny_dense_path, drafter=_Oracle(plain.tokens, 3), n_max=3, n_ctx=512)
+    adaptive = specdec.Decoder(tiny_dense_path, drafter=_Slow(plain.tokens, 3), n_max=3, n_ctx=512,
+                               adaptive=True)
+    with caplog.at_level(logging.WARNING, logger="specdec"):
+        r = good.generate([1, 2, 3], max_tokens=100)
+        adaptive.generate([1, 2, 3], max_tokens=100)
+    assert r.stats.draft_rounds >= 16 and r.stats.accepted > 0
+    assert not _judged(caplog)

@@ -13,7 +13,7 @@ import importlib
 import logging
 import os
 from importlib import metadata
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, TypeVar, Union
 
 from ._base import Drafter, DrafterError
 
@@ -57,7 +57,10 @@ _sources: Dict[str, str] = {}
 _replaced: set = set()     # built-in names a user or an opted-in plugin took over
 
 
-def register(name: str, *, replace: bool = False):
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def register(name: str, *, replace: bool = False) -> Callable[[F], F]:
     """Class decorator: make a drafter available by ``name``.
 
     The class (or factory) is called as ``factory()`` or, for ``name:ARG``
@@ -66,7 +69,7 @@ def register(name: str, *, replace: bool = False):
     if not isinstance(name, str) or not name or ":" in name:
         raise ValueError(f"drafter names are non-empty strings without ':', got {name!r}")
 
-    def deco(factory):
+    def deco(factory: F) -> F:
         if name in BUILTINS and factory.__module__ != f"{__package__}.{BUILTINS[name].module}":
             if not replace:
                 raise ValueError(f"{name!r} is a built-in drafter; pick another name, or "
