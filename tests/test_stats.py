@@ -28,8 +28,8 @@ def test_time_parts_add_up_to_generation_time(gemma, lazy):
     assert parts["t_target_s"] > 0.3 * st.t_generate_s
     # the controller's own work is small: the LM head is no longer counted as its time
     assert parts["t_controller_s"] < 0.1 * st.t_generate_s, parts
-    if lazy:
-        assert parts["t_lm_head_s"] > 0.05 * st.t_generate_s, parts
+    if lazy:   # the head (262k-token vocabulary) outweighs the bookkeeping around it
+        assert parts["t_lm_head_s"] > parts["t_verify_s"] + parts["t_controller_s"], parts
     else:   # llama.cpp computes the head inside its decode
         assert parts["t_lm_head_s"] < 0.01 * st.t_generate_s, parts
 
