@@ -11,6 +11,9 @@ from ._core import (
     ContextFullError,
     DecodeError,
     Model,
+    RPCError,
+    backends,
+    devices,
     mtp_available,
     system_info,
 )
@@ -25,7 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
-    "Drafter", "DrafterError", "GGUFError", "GenerationResult", "Model", "ModelNotAvailable", "Sampling",
-    "SpecConfig", "Stats", "Stream", "default_model_path", "generate", "mtp_available",
-    "register", "stream", "system_info",
+    "Drafter", "DrafterError", "GGUFError", "GenerationResult", "Model", "ModelNotAvailable",
+    "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "backends", "default_model_path",
+    "devices", "generate", "mtp_available", "register", "stream", "system_info",
 ]

@@ -8,8 +8,9 @@ from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libcpp.vector cimport vector
 from ._llama cimport (
     llama_model, llama_vocab, llama_context, llama_memory_t, llama_batch,
-    llama_token, llama_pos, llama_seq_id, sd_lm_head,
+    llama_token, llama_pos, llama_seq_id, sd_lm_head, ggml_backend_dev_t,
 )
+from libcpp.string cimport string
 
 
 cdef class Model:
@@ -26,7 +27,17 @@ cdef class Model:
     cdef readonly bint is_recurrent
     cdef readonly bint is_hybrid
     cdef readonly bint use_extra_bufts
+    cdef readonly object placement   # placement.Placement
+    cdef readonly list devices       # the devices layers may go to (dicts, see devices())
+    cdef readonly bint is_remote     # some layers may live on RPC servers
+    cdef double _timeout             # seconds a remote call may take (0: no limit)
+    cdef object _dead                # why an RPC failure made the model unusable, or None
+    cdef vector[ggml_backend_dev_t] _devs
     cdef int _n_contexts
+
+    cdef vector[ggml_backend_dev_t] _devices(self, plc) except *
+    cdef bint _remote_dead(self)
+    cdef int _remote_failed(self, int rc, string why, str what) except -1
 
     cdef int _alive(self) except -1
     cdef int _check_token(self, object tok) except -1
@@ -75,6 +86,7 @@ cdef class Context:
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept
+    cdef void _free(self) noexcept
     cdef int _alive(self) except -1
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1

@@ -10,6 +10,7 @@ on its typed methods (see ``_core.pxd``).
 from cpython.buffer cimport PyBUF_WRITABLE
 from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libc.stdlib cimport malloc, free
+from libc.stdio cimport fprintf, stderr
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 from libcpp.string cimport string
@@ -26,6 +27,7 @@ import threading
 import numpy as np
 
 from ._gguf_check import GGUFError, check_gguf
+from .placement import Placement
 
 # --------------------------------------------------------------------------------------
 # logging: llama.cpp's log goes to the ``specdec.llama`` logger, quiet unless configured
@@ -84,9 +86,184 @@ llama_log_set(_log_callback, NULL)
 llama_backend_init()
 
 
+cdef void _ggml_abort_hook(const char * msg) noexcept nogil:
+    # an abort while a remote call is in flight parks its thread (see _remote.h); any other
+    # abort goes on to abort() as before, after printing ggml's message
+    sd_remote_park(msg)
+    fprintf(stderr, "%s\n", msg)
+
+
+ggml_set_abort_callback(_ggml_abort_hook)
+
+
+class RPCError(RuntimeError):
+    """An RPC server failed, vanished or did not answer in time (``rpc_timeout``).
+
+    The model that used it, and every context on it, can no longer be used: load the model
+    again. Its llama.cpp objects are left allocated (freeing them would need the server)."""
+
+
+_DEV_TYPES = {GGML_BACKEND_DEVICE_TYPE_CPU: "cpu", GGML_BACKEND_DEVICE_TYPE_GPU: "gpu",
+              GGML_BACKEND_DEVICE_TYPE_IGPU: "igpu", GGML_BACKEND_DEVICE_TYPE_ACCEL: "accel",
+              GGML_BACKEND_DEVICE_TYPE_META: "meta"}
+
+
+cdef dict _device_dict(ggml_backend_dev_t d):
+    cdef size_t free = 0, total = 0
+    ggml_backend_dev_memory(d, &free, &total)
+    return {"name": ggml_backend_dev_name(d).decode("utf-8", "replace"),
+            "description": ggml_backend_dev_description(d).decode("utf-8", "replace"),
+            "type": _DEV_TYPES.get(ggml_backend_dev_type_of(d), "?"),
+            "backend": ggml_backend_reg_name(ggml_backend_dev_backend_reg(d)).decode(),
+            "memory_free": free, "memory_total": total}
+
+
+def backends() -> list:
+    """The ggml backends compiled into this build (``CPU``, ``RPC``, ``CUDA``, ``Vulkan``, ...)."""
+    return [ggml_backend_reg_name(ggml_backend_reg_get(i)).decode()
+            for i in range(ggml_backend_reg_count())]
+
+
+def devices() -> list:
+    """The devices found at run time, one dict each (name, description, type, backend,
+    memory). RPC servers are not listed: they are reached per model (``rpc_servers``)."""
+    return [_device_dict(ggml_backend_dev_get(i)) for i in range(ggml_backend_dev_count())]
+
+
 def system_info() -> str:
-    """The CPU features ggml was built with (AVX2, AVX512, AMX ...)."""
-    return llama_print_system_info().decode()
+    """The CPU features ggml was built with (AVX2, AVX512, AMX ...), the backends compiled
+    in and the devices found at run time."""
+    lines = [llama_print_system_info().decode().strip(),
+             "backends: " + ", ".join(backends())]
+    for d in devices():
+        mem = f", {d['memory_total'] >> 20} MiB" if d["memory_total"] else ""
+        lines.append(f"device {d['name']} ({d['type']}, {d['backend']}): {d['description']}{mem}")
+    gpu_backends = [b for b in backends() if b not in ("CPU", "RPC", "BLAS")]
+    for b in gpu_backends:
+        if not any(d["backend"] == b for d in devices()):
+            lines.append(f"{b}: compiled in, but no {b} device found")
+    return "\n".join(lines)
+
+
+def rpc_serve(str host="127.0.0.1", int port=50052, *, n_threads=None, devices=None,
+              cache_dir=None) -> None:
+    """Serve this build's devices to RPC clients (llama.cpp's ggml_backend_rpc_start_server,
+    as tools/rpc/rpc-server does); blocks for ever. ``devices``: device names (see
+    ``devices()``); by default the GPUs, else the CPU. Anyone who reaches the port can run
+    code paths of the server and read its memory: bind to 127.0.0.1 or a trusted network."""
+    if not llama_supports_rpc():
+        raise ValueError("this build has no RPC backend (build with -Drpc=true)")
+    if not 0 < port < 65536:
+        raise ValueError(f"port must be in 1..65535, got {port}")
+    if not host or any(c.isspace() for c in host):
+        raise ValueError(f"bad host {host!r}")
+    n_threads = default_threads() if n_threads is None else n_threads
+    _check_positive("n_threads", n_threads)
+    _check_threads(n_threads, n_threads)
+    cdef vector[ggml_backend_dev_t] devs
+    cdef ggml_backend_dev_t d
+    if devices:
+        for name in devices:
+            d = ggml_backend_dev_by_name(name.encode())
+            if d == NULL:
+                have = [_device_dict(ggml_backend_dev_get(i))["name"]
+                        for i in range(ggml_backend_dev_count())]
+                raise ValueError(f"no device {name!r}; this build has {have}")
+            devs.push_back(d)
+    else:
+        devs = _local_accelerators()
+        for i in range(ggml_backend_dev_count()):
+            d = ggml_backend_dev_get(i)
+            if devs.size() == 0 and ggml_backend_dev_type_of(d) == GGML_BACKEND_DEVICE_TYPE_CPU:
+                devs.push_back(d)
+    if devs.size() == 0:
+        raise ValueError("no device to serve")
+    cdef bytes ep = f"{host}:{port}".encode()
+    cdef bytes cd = os.fsencode(cache_dir) if cache_dir else b""
+    cdef const char * cep = ep
+    cdef const char * ccd = NULL
+    if cache_dir:
+        ccd = cd
+    cdef size_t nt = n_threads
+    cdef bint ok
+    with nogil:
+        ok = sd_rpc_start_server(cep, ccd, nt, devs.size(), devs.data())
+    if not ok:
+        raise ValueError("this build's RPC backend has no server entry point")
+    raise RuntimeError(f"the RPC server on {host}:{port} stopped (port in use, or a socket "
+                       "error: see the messages above)")
+
+
+cdef vector[ggml_backend_dev_t] _local_accelerators():
+    """The local devices llama.cpp would offload to by default: discrete GPUs, or the
+    integrated ones when there is none (src/llama.cpp, llama_prepare_model_devices)."""
+    cdef vector[ggml_backend_dev_t] gpus, igpus
+    cdef ggml_backend_dev_t d
+    for i in range(ggml_backend_dev_count()):
+        d = ggml_backend_dev_get(i)
+        t = ggml_backend_dev_type_of(d)
+        if t == GGML_BACKEND_DEVICE_TYPE_GPU:
+            gpus.push_back(d)
+        elif t == GGML_BACKEND_DEVICE_TYPE_IGPU and (
+                igpus.size() == 0 or ggml_backend_dev_backend_reg(d) == ggml_backend_dev_backend_reg(igpus.back())):
+            igpus.push_back(d)
+    return gpus if gpus.size() else igpus
+
+
+cdef str _no_device_reason():
+    names = backends()
+    gpu_backends = [b for b in names if b not in ("CPU", "RPC", "BLAS")]
+    if gpu_backends:
+        return (f"this build has {', '.join(gpu_backends)} but no such device was found at run "
+                "time" + ("" if "RPC" not in names else ", and no rpc_servers were given"))
+    return ("this build has no GPU backend (build with -Dcuda=true, -Dvulkan=true or "
+            "-Dmetal=enabled)" + (" and no rpc_servers were given" if "RPC" in names else ""))
+
+
+#: endpoint -> why: RPC servers that failed in this process. llama.cpp's RPC client keeps one
+#: connection per endpoint for the process's life, and a failed one is never replaced.
+_dead_endpoints = {}
+
+
+def _precheck_endpoint(str endpoint, double timeout):
+    """Reach the server before llama.cpp does: its client aborts on a failed connect while
+    holding the lock every later connection needs, so a failed connect must not get that far."""
+    if endpoint in _dead_endpoints:
+        raise RPCError(f"RPC server {endpoint} failed earlier in this process "
+                       f"({_dead_endpoints[endpoint]}); llama.cpp cannot reconnect to it: "
+                       "restart the process, or serve on another port")
+    import socket
+    host, _, port = endpoint.rpartition(":")
+    host = host.strip("[]")
+    try:
+        with socket.create_connection((host, int(port)), timeout=min(timeout or 30.0, 30.0)):
+            pass
+    except OSError as e:
+        raise RPCError(f"RPC server {endpoint}: cannot connect ({e})") from None
+
+
+cdef vector[ggml_backend_dev_t] _rpc_devices(str endpoint, double timeout) except *:
+    cdef vector[ggml_backend_dev_t] out
+    cdef ggml_backend_reg_t reg = NULL
+    cdef string why
+    cdef bytes ep = endpoint.encode()
+    cdef const char * cep = ep
+    cdef int rc
+    _precheck_endpoint(endpoint, timeout)
+    with nogil:
+        rc = sd_remote_add_server(cep, &reg, timeout, why)
+    if rc != SD_REMOTE_OK:
+        msg = why.decode("utf-8", "replace")
+        if rc == SD_REMOTE_EXCEPTION and "build" in msg:
+            raise ValueError(f"rpc_servers: {msg}")
+        if rc != SD_REMOTE_EXCEPTION:
+            _dead_endpoints[endpoint] = msg
+        raise RPCError(f"RPC server {endpoint}: {msg}")
+    if reg == NULL:
+        raise RPCError(f"RPC server {endpoint} offers no devices")
+    for i in range(ggml_backend_reg_dev_count(reg)):
+        out.push_back(ggml_backend_reg_dev_get(reg, i))
+    return out
 
 
 def mtp_available() -> bool:
@@ -231,28 +408,54 @@ cdef class Model:
         self.model = NULL
         self.vocab = NULL
 
-    def __init__(self, path, *, int n_gpu_layers=0, bint use_mmap=True, bint load_mtp=False,
-                 bint use_extra_bufts=True, bint vocab_only=False):
+    def __init__(self, path, *, n_gpu_layers=0, split_mode="layer", main_gpu=0,
+                 tensor_split=None, rpc_servers=None, rpc_timeout=300.0, bint use_mmap=True,
+                 bint load_mtp=False, bint use_extra_bufts=True, bint vocab_only=False):
         if self.model != NULL:
             raise RuntimeError("Model is already initialised")
         path = os.fspath(path)
         if not isinstance(path, str):
             path = os.fsdecode(path)
+        plc = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers,
+                             rpc_timeout)
         _check_gguf_file(path)
         cdef llama_model_params p = llama_model_default_params()
-        p.n_gpu_layers = n_gpu_layers
+        cdef vector[ggml_backend_dev_t] devs = self._devices(plc)
+        cdef vector[float] split = vector[float](max(<size_t>1, llama_max_devices()), 0.0)
+        for i, x in enumerate(plc.tensor_split):
+            split[i] = x
+        self._devs = devs
+        self._devs.push_back(NULL)
+        p.devices = self._devs.data()
+        p.n_gpu_layers = plc.n_gpu_layers
+        p.split_mode = <llama_split_mode>plc.split_mode_id
+        p.main_gpu = plc.main_gpu
+        p.tensor_split = split.data() if plc.tensor_split else NULL
         p.load_mode = LLAMA_LOAD_MODE_MMAP if use_mmap else LLAMA_LOAD_MODE_NONE
         p.load_mtp = load_mtp
         p.use_extra_bufts = use_extra_bufts
         p.vocab_only = vocab_only
+        self.placement = plc
+        self.is_remote = len(plc.rpc_servers) > 0
+        self._timeout = plc.rpc_timeout
+        self._dead = None
         cdef bytes bpath = os.fsencode(path)
         cdef const char * cpath = bpath
+        cdef string why
+        cdef int rc = SD_REMOTE_OK
         _clear_recent()
         with nogil:
-            self.model = llama_model_load_from_file(cpath, p)
+            if self.is_remote:
+                rc = sd_remote_load(cpath, p, &self.model, self._timeout, why)
+            else:
+                self.model = llama_model_load_from_file(cpath, p)
+        if rc != SD_REMOTE_OK:
+            self.model = NULL
+            raise RPCError(f"failed to load model {path} onto {', '.join(plc.rpc_servers)}: "
+                           + why.decode("utf-8", "replace"))
         if self.model == NULL:
-            why = _recent_errors()
-            raise ValueError(f"failed to load model {path}" + (f": {why}" if why else ""))
+            why_s = _recent_errors()
+            raise ValueError(f"failed to load model {path}" + (f": {why_s}" if why_s else ""))
         self.vocab = llama_model_get_vocab(self.model)
         self.path = path
         self.arch = self.meta("general.architecture") or ""
@@ -271,18 +474,86 @@ cdef class Model:
             raise ValueError(f"model has no vocabulary: {path}")
 
     def __dealloc__(self):
-        if self.model != NULL:
-            llama_model_free(self.model)
-            self.model = NULL
+        cdef string why
+        if self.model != NULL and not self._remote_dead():
+            if self.is_remote:
+                with nogil:
+                    sd_remote_free_model(self.model, self._timeout, why)
+            else:
+                llama_model_free(self.model)
+        self.model = NULL
 
     def __repr__(self):
         return (f"Model({os.path.basename(self.path or '')!r}, arch={self.arch!r}, "
                 f"n_vocab={self.n_vocab}, n_layer={self.n_layer}, n_layer_nextn={self.n_layer_nextn})")
 
     cdef int _alive(self) except -1:
+        if self._remote_dead():
+            raise RPCError(self._dead)
         if self.model == NULL:
             raise RuntimeError("Model is not loaded")
         return 0
+
+    cdef vector[ggml_backend_dev_t] _devices(self, plc) except *:
+        """llama.cpp's device list for a placement: RPC servers' devices first (fewer
+        network transfers), then local GPUs; a device option that cannot be honoured fails
+        here, never silently."""
+        cdef vector[ggml_backend_dev_t] devs, more
+        if plc.rpc_servers and plc.n_gpu_layers == 0:
+            raise ValueError("rpc_servers given with n_gpu_layers=0, which keeps every layer on "
+                             "this host: give n_gpu_layers=-1 (all) or a layer count")
+        for ep in plc.rpc_servers:
+            if not llama_supports_rpc():
+                raise ValueError("rpc_servers given, but this build has no RPC backend "
+                                 "(build with -Drpc=true)")
+            more = _rpc_devices(ep, plc.rpc_timeout)
+            devs.insert(devs.end(), more.begin(), more.end())
+        more = _local_accelerators()
+        devs.insert(devs.end(), more.begin(), more.end())
+        self.devices = [_device_dict(devs[i]) for i in range(devs.size())]
+        if plc.n_gpu_layers != 0 and devs.size() == 0:
+            raise ValueError(f"n_gpu_layers={plc.n_gpu_layers} asks for layers on a device, but "
+                             f"{_no_device_reason()}; use n_gpu_layers=0 for the CPU")
+        if plc.tensor_split and len(plc.tensor_split) > max(<size_t>devs.size(), 1):
+            raise ValueError(f"tensor_split has {len(plc.tensor_split)} entries for "
+                             f"{devs.size()} device(s)")
+        if len(plc.tensor_split) > llama_max_devices():
+            raise ValueError(f"tensor_split: at most {llama_max_devices()} devices")
+        if plc.split_mode == "none" and devs.size() and plc.main_gpu >= <int>devs.size():
+            raise ValueError(f"main_gpu={plc.main_gpu} but there are {devs.size()} device(s)")
+        if plc.split_mode == "row":
+            for i in range(devs.size()):
+                if ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(devs[i]),
+                                                     b"ggml_backend_split_buffer_type") == NULL:
+                    raise ValueError(f"split_mode='row': device {self.devices[i]['name']} has no "
+                                     "row-split buffers (llama.cpp has them on CUDA and SYCL); "
+                                     "use 'layer'")
+        return devs
+
+    cdef bint _remote_dead(self):
+        """Whether an RPC failure (of this model, or of another on one of its servers) made
+        this model unusable; ``_dead`` says why."""
+        if self._dead is None and self.is_remote:
+            for ep in self.placement.rpc_servers:
+                if ep in _dead_endpoints:
+                    self._dead = (f"RPC server {ep} of {os.path.basename(self.path)} failed: "
+                                  f"{_dead_endpoints[ep]}; this model and its contexts are "
+                                  "unusable, load it again")
+        return self._dead is not None
+
+    cdef int _remote_failed(self, int rc, string why, str what) except -1:
+        """After a remote call: nothing if it ran, else mark the model dead and raise."""
+        if rc == SD_REMOTE_OK:
+            return 0
+        msg = why.decode("utf-8", "replace")
+        if rc == SD_REMOTE_EXCEPTION:
+            raise RuntimeError(f"{what} failed: {msg}")
+        self._dead = (f"the RPC server(s) of {os.path.basename(self.path)} "
+                      f"({', '.join(self.placement.rpc_servers)}) failed during {what}: {msg}; "
+                      "this model and its contexts are unusable, load it again")
+        for ep in self.placement.rpc_servers:   # which one failed is not known: all are suspect
+            _dead_endpoints.setdefault(ep, f"{what}: {msg}")
+        raise RPCError(self._dead)
 
     # --- metadata ---------------------------------------------------------------------
 
@@ -658,7 +929,8 @@ cdef class Context:
     def __init__(self, Model model not None, *, n_ctx=4096, n_batch=512, n_ubatch=None,
                  n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0,
                  nextn=None, flash_attn=None, swa_full=True, kv_unified=None,
-                 n_outputs_max=0, bint lazy_logits=False, bint batch_invariant=False):
+                 n_outputs_max=0, bint lazy_logits=False, bint batch_invariant=False,
+                 offload_kqv=None):
         if self.ctx != NULL:
             raise RuntimeError("Context is already initialised")
         model._alive()
@@ -727,6 +999,8 @@ cdef class Context:
         p.swa_full = swa_full
         if kv_unified is not None:
             p.kv_unified = kv_unified
+        if offload_kqv is not None:
+            p.offload_kqv = bool(offload_kqv)
         if flash_attn is not None:
             p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.abort_callback = _abort_cb
@@ -737,11 +1011,20 @@ cdef class Context:
             p.cb_eval = sd_lm_head_cb
             p.cb_eval_user_data = <void *> self._head
         _clear_recent()
+        cdef string why
+        cdef int rrc = SD_REMOTE_OK
+        cdef bint remote = model.is_remote
         with nogil:
-            self.ctx = llama_init_from_model(model.model, p)
+            if remote:
+                rrc = sd_remote_init(model.model, p, &self.ctx, model._timeout, why)
+            else:
+                self.ctx = llama_init_from_model(model.model, p)
+        if rrc != SD_REMOTE_OK:
+            self.ctx = NULL
+            model._remote_failed(rrc, why, "context creation")
         if self.ctx == NULL:
-            why = _recent_errors()
-            raise ValueError("failed to create the context" + (f": {why}" if why else ""))
+            why_s = _recent_errors()
+            raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
         self.model = model
         if batch_invariant:
             other = sd_first_non_cpu_backend(self.ctx).decode()
@@ -779,21 +1062,30 @@ cdef class Context:
 
     def __dealloc__(self):
         if self.ctx != NULL:
-            llama_free(self.ctx)
-            self.ctx = NULL
-            if self.model is not None:
-                self.model._n_contexts -= 1
+            self._free()
         del self._head
         self._head = NULL
+
+    cdef void _free(self) noexcept:
+        # a context of a model whose RPC server died is left allocated (see RPCError)
+        cdef string why
+        cdef Model m = self.model
+        if m is None or not m._remote_dead():
+            if m is not None and m.is_remote:
+                with nogil:
+                    sd_remote_free_context(self.ctx, m._timeout, why)
+            else:
+                llama_free(self.ctx)
+        self.ctx = NULL
+        if m is not None:
+            m._n_contexts -= 1
 
     def close(self):
         """Free llama.cpp's context now (views of its outputs become invalid)."""
         self._enter()
         try:
             if self.ctx != NULL:
-                llama_free(self.ctx)
-                self.ctx = NULL
-                self.model._n_contexts -= 1
+                self._free()
         finally:
             self._leave()
 
@@ -837,6 +1129,8 @@ cdef class Context:
     cdef int _alive(self) except -1:
         if self.ctx == NULL:
             raise RuntimeError("Context is closed")
+        if self.model.is_remote:
+            self.model._alive()
         return 0
 
     # --- settings ---------------------------------------------------------------------
@@ -978,18 +1272,31 @@ cdef class Context:
         sd_lm_head_begin(self._head)
         self._lazy = False
         cdef bint trim = self._rs_trim
+        cdef bint remote = self.model.is_remote
+        cdef double timeout = self.model._timeout
+        cdef uint32_t n_trim = <uint32_t>min(self.n_rs_seq, most - 1)
+        cdef int rrc = SD_REMOTE_OK
+        cdef string why
         self._enter()
-        cdef int32_t rc
+        cdef int32_t rc = 0
         try:
             self._interrupt = False
             with nogil:
-                if trim:
-                    sd_set_graph_n_rs_seq(self.ctx, <uint32_t>min(self.n_rs_seq, most - 1))
-                rc = llama_decode(self.ctx, batch.b)
-                if trim:
-                    sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rs_seq)
+                if remote:
+                    rrc = sd_remote_decode(self.ctx, batch.b, trim, n_trim, self.n_rs_seq, &rc,
+                                           timeout, why)
+                else:
+                    if trim:
+                        sd_set_graph_n_rs_seq(self.ctx, n_trim)
+                    rc = llama_decode(self.ctx, batch.b)
+                    if trim:
+                        sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rs_seq)
         finally:
             self._leave()
+        if rrc != SD_REMOTE_OK:
+            self._last_n_tokens = 0
+            self._out_row.clear()
+            self.model._remote_failed(rrc, why, "a decode")
         if rc != 0:
             self._last_n_tokens = 0
             self._out_row.clear()
@@ -1000,8 +1307,8 @@ cdef class Context:
             if rc == 2:
                 self._interrupt = False
                 raise KeyboardInterrupt("decode interrupted")
-            why = _recent_errors()
-            raise DecodeError(f"llama_decode failed ({rc})" + (f": {why}" if why else ""))
+            why_s = _recent_errors()
+            raise DecodeError(f"llama_decode failed ({rc})" + (f": {why_s}" if why_s else ""))
         self._last_n_tokens = n
         self._out_row.resize(n)
         k = 0
@@ -1201,9 +1508,16 @@ cdef class Context:
     def clear(self, bint data=True):
         """Forget every sequence."""
         self._alive()
+        cdef string why
+        cdef int rrc = SD_REMOTE_OK
         self._enter()
         try:
-            llama_memory_clear(self.mem, data)
+            if self.model.is_remote:
+                with nogil:
+                    rrc = sd_remote_clear(self.ctx, data, self.model._timeout, why)
+                self.model._remote_failed(rrc, why, "clearing the memory")
+            else:
+                llama_memory_clear(self.mem, data)
             for s in range(self.n_seq_max):
                 self._rs_budget[s] = 0
             self._last_n_tokens = 0
@@ -1217,9 +1531,16 @@ cdef class Context:
         self._check_seq(seq, False)
         cdef size_t n = llama_state_seq_get_size_ext(self.ctx, seq, flags)
         out.resize(n)
-        cdef size_t got
+        cdef size_t got = 0
+        cdef string why
+        cdef int rrc = SD_REMOTE_OK
         with nogil:
-            got = llama_state_seq_get_data_ext(self.ctx, out.data(), n, seq, flags)
+            if self.model.is_remote:
+                rrc = sd_remote_state_get(self.ctx, out.data(), n, seq, flags, &got,
+                                          self.model._timeout, why)
+            else:
+                got = llama_state_seq_get_data_ext(self.ctx, out.data(), n, seq, flags)
+        self.model._remote_failed(rrc, why, "saving a state")
         if got != n:
             raise RuntimeError(f"saving the state of sequence {seq} failed")
         return 0
@@ -1227,9 +1548,16 @@ cdef class Context:
     cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1:
         self._alive()
         self._check_seq(seq, False)
-        cdef size_t got
+        cdef size_t got = 0
+        cdef string why
+        cdef int rrc = SD_REMOTE_OK
         with nogil:
-            got = llama_state_seq_set_data_ext(self.ctx, data.data(), data.size(), seq, flags)
+            if self.model.is_remote:
+                rrc = sd_remote_state_set(self.ctx, data.data(), data.size(), seq, flags, &got,
+                                          self.model._timeout, why)
+            else:
+                got = llama_state_seq_set_data_ext(self.ctx, data.data(), data.size(), seq, flags)
+        self.model._remote_failed(rrc, why, "restoring a state")
         if got == 0:
             raise ValueError(f"restoring the state of sequence {seq} failed (wrong or corrupt data)")
         for s in range(self.n_seq_max):

@@ -7,6 +7,7 @@ typed methods, so that one static copy of llama.cpp lives in the process.
 from libc.stdint cimport int8_t, int32_t, uint32_t, uint64_t, uint8_t
 from libcpp cimport bool as cbool
 from libcpp.vector cimport vector
+from libcpp.string cimport string
 
 cdef extern from "ggml.h" nogil:
     enum ggml_log_level:
@@ -21,6 +22,37 @@ cdef extern from "ggml.h" nogil:
     struct ggml_tensor:
         pass
     ctypedef cbool (*ggml_backend_sched_eval_callback)(ggml_tensor * t, cbool ask, void * user_data) noexcept nogil
+    ctypedef void (*ggml_abort_callback_t)(const char * error_message) noexcept nogil
+    ggml_abort_callback_t ggml_set_abort_callback(ggml_abort_callback_t callback)
+
+cdef extern from "ggml-backend.h" nogil:
+    struct ggml_backend_device:
+        pass
+    struct ggml_backend_reg:
+        pass
+    ctypedef ggml_backend_device * ggml_backend_dev_t
+    ctypedef ggml_backend_reg * ggml_backend_reg_t
+    enum ggml_backend_dev_type:
+        GGML_BACKEND_DEVICE_TYPE_CPU
+        GGML_BACKEND_DEVICE_TYPE_GPU
+        GGML_BACKEND_DEVICE_TYPE_IGPU
+        GGML_BACKEND_DEVICE_TYPE_ACCEL
+        GGML_BACKEND_DEVICE_TYPE_META
+    const char * ggml_backend_dev_name(ggml_backend_dev_t device)
+    const char * ggml_backend_dev_description(ggml_backend_dev_t device)
+    void ggml_backend_dev_memory(ggml_backend_dev_t device, size_t * free, size_t * total)
+    ggml_backend_dev_type ggml_backend_dev_type_of "ggml_backend_dev_type" (ggml_backend_dev_t device)
+    ggml_backend_reg_t ggml_backend_dev_backend_reg(ggml_backend_dev_t device)
+    const char * ggml_backend_reg_name(ggml_backend_reg_t reg)
+    size_t ggml_backend_reg_dev_count(ggml_backend_reg_t reg)
+    ggml_backend_dev_t ggml_backend_reg_dev_get(ggml_backend_reg_t reg, size_t index)
+    void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name)
+    size_t ggml_backend_reg_count()
+    ggml_backend_reg_t ggml_backend_reg_get(size_t index)
+    ggml_backend_reg_t ggml_backend_reg_by_name(const char * name)
+    size_t ggml_backend_dev_count()
+    ggml_backend_dev_t ggml_backend_dev_get(size_t index)
+    ggml_backend_dev_t ggml_backend_dev_by_name(const char * name)
 
 cdef extern from "llama.h" nogil:
     ctypedef int32_t llama_pos
@@ -70,10 +102,19 @@ cdef extern from "llama.h" nogil:
         llama_seq_id ** seq_id
         int8_t * logits
 
+    enum llama_split_mode:
+        LLAMA_SPLIT_MODE_NONE
+        LLAMA_SPLIT_MODE_LAYER
+        LLAMA_SPLIT_MODE_ROW
+        LLAMA_SPLIT_MODE_TENSOR
+
     struct llama_model_params:
+        ggml_backend_dev_t * devices
         int32_t n_gpu_layers
+        llama_split_mode split_mode
         llama_load_mode load_mode
         int32_t main_gpu
+        const float * tensor_split
         cbool vocab_only
         cbool check_tensors
         cbool use_extra_bufts
@@ -122,6 +163,9 @@ cdef extern from "llama.h" nogil:
     void llama_backend_init()
     void llama_log_set(ggml_log_callback log_callback, void * user_data)
     const char * llama_print_system_info()
+    size_t llama_max_devices()
+    cbool llama_supports_gpu_offload()
+    cbool llama_supports_rpc()
 
     llama_model * llama_model_load_from_file(const char * path_model, llama_model_params params)
     void llama_model_free(llama_model * model)
@@ -242,3 +286,26 @@ cdef extern from "_lm_head.h" nogil:
     void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
     void sd_lm_head_begin(sd_lm_head * h)
     void sd_lm_head_end(sd_lm_head * h)
+
+
+cdef extern from "_remote.h" nogil:
+    # calls that may talk to an RPC server, safe against a dead one (see _remote.h)
+    int SD_REMOTE_OK, SD_REMOTE_ABORTED, SD_REMOTE_TIMEOUT, SD_REMOTE_EXCEPTION
+    void sd_remote_park(const char * msg)
+    int sd_remote_load(const char * path, llama_model_params p, llama_model ** out,
+                       double timeout_s, string & why)
+    int sd_remote_init(llama_model * model, llama_context_params p, llama_context ** out,
+                       double timeout_s, string & why)
+    int sd_remote_decode(llama_context * ctx, llama_batch b, cbool trim, uint32_t n_trim,
+                         uint32_t n_rs_seq, int32_t * rc, double timeout_s, string & why)
+    int sd_remote_state_get(llama_context * ctx, uint8_t * dst, size_t n, llama_seq_id seq,
+                            llama_state_seq_flags flags, size_t * got, double timeout_s, string & why)
+    int sd_remote_state_set(llama_context * ctx, const uint8_t * src, size_t n, llama_seq_id seq,
+                            llama_state_seq_flags flags, size_t * got, double timeout_s, string & why)
+    int sd_remote_clear(llama_context * ctx, cbool data, double timeout_s, string & why)
+    int sd_remote_free_context(llama_context * ctx, double timeout_s, string & why)
+    int sd_remote_free_model(llama_model * model, double timeout_s, string & why)
+    int sd_remote_add_server(const char * endpoint, ggml_backend_reg_t * out, double timeout_s,
+                             string & why)
+    cbool sd_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
+                              size_t n_devices, ggml_backend_dev_t * devices)

@@ -13,6 +13,7 @@ from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
+from .placement import Placement
 from .results import GenerationResult, Stats
 
 _log = logging.getLogger("specdec")
@@ -117,6 +118,13 @@ class Decoder:
         it. Each row's logits are bit-identical to a one-row LM head's for the same
         hidden state (``specdec/_lm_head.h``).
 
+    n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers, n_gpu_layers_draft
+        Placement, with llama.cpp's names, when the Decoder loads the model:
+        ``n_gpu_layers`` (-1: all), ``rpc_servers`` (``"host:port,..."`` of
+        ``specdec rpc-server`` machines); ``n_gpu_layers_draft`` places a drafter's own model (draft model, MTP head), which
+        otherwise follows the target. With layers offloaded ``lazy_logits`` defaults to off:
+        the output layer goes to the device first, and the lazy head reads host memory.
+
     ``close()`` frees the llama.cpp context now rather than at garbage collection, and
     ``with Decoder(...) as dec:`` closes it at the end of the block.
     """
@@ -141,21 +149,39 @@ class Decoder:
         drafter_timeout: Optional[float] = None,
         on_drafter_error: str = "raise",
         lazy_logits: Optional[bool] = None,
+        n_gpu_layers: int = 0,
+        split_mode: Union[str, int] = "layer",
+        main_gpu: int = 0,
+        tensor_split: Optional[Sequence[float]] = None,
+        rpc_servers: Union[str, Sequence[str], None] = None,
+        n_gpu_layers_draft: Optional[int] = None,
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
         specs = _as_list(drafter)
+        placement = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers)
         if isinstance(model, Model):
             self.model = model
             if self.exact and model.use_extra_bufts:
                 raise ValueError("exact=True needs the model loaded with use_extra_bufts=False "
                                  "(or pass a path and let the Decoder load it)")
+            if placement != Placement():
+                raise ValueError("placement options (n_gpu_layers, rpc_servers, ...) apply when "
+                                 "the Decoder loads the model: pass them to Model(...) instead")
         else:
             wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
             self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
-                               use_extra_bufts=not self.exact)
-        self.drafters: List[Drafter] = [guard(create_drafter(s), drafter_timeout, on_drafter_error)
-                                        for s in specs]
+                               use_extra_bufts=not self.exact, **placement.options())
+        created = [create_drafter(s) for s in specs]
+        if n_gpu_layers_draft is not None:
+            placed = [d for d in created if hasattr(d, "n_gpu_layers")]
+            if not placed:
+                raise ValueError("n_gpu_layers_draft applies to drafters with a model of their "
+                                 "own (draft:PATH, layerskip:N, mtp); none is in use")
+            for d in placed:
+                d.n_gpu_layers = n_gpu_layers_draft
+        self.drafters: List[Drafter] = [guard(d, drafter_timeout, on_drafter_error)
+                                        for d in created]
         for d in self.drafters:
             configure = getattr(d, "configure", None)
             if configure is not None:
@@ -166,7 +192,10 @@ class Decoder:
         for d in self.drafters:
             nextn = getattr(d, "target_nextn", None) or nextn
         if lazy_logits is None:
-            lazy_logits = nextn is None or self.model.arch in LAZY_NEXTN_ARCHS
+            # off the host (any offloaded layer takes the output layer with it) the head
+            # cannot be read, and a device's LM head is cheap anyway
+            lazy_logits = ((nextn is None or self.model.arch in LAZY_NEXTN_ARCHS)
+                           and self.model.placement.n_gpu_layers == 0)
         verify_rows = n_seq_max * (n_max_eff + 1)
         if self.exact and n_ubatch is not None and n_ubatch < max(verify_rows, 2):
             # a verify split into ubatches could leave a single row, which other kernels compute

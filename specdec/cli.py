@@ -1,4 +1,5 @@
-"""Command line: ``specdec generate``, ``specdec drafters``, ``specdec cache``, ``specdec bench``."""
+"""Command line: ``specdec generate``, ``specdec drafters``, ``specdec cache``, ``specdec bench``,
+``specdec rpc-server``."""
 from __future__ import annotations
 
 import argparse
@@ -33,10 +34,40 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--n-ctx", type=int, default=4096)
     p.add_argument("--threads", "-t", type=int, default=None)
+    _add_placement(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--stream", action="store_true", help="print text as it is accepted")
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _add_placement(p: argparse.ArgumentParser) -> None:
+    """llama.cpp's placement flags, same names."""
+    g = p.add_argument_group("placement (llama.cpp's flags)")
+    g.add_argument("--n-gpu-layers", "-ngl", type=int, default=0, metavar="N",
+                   help="layers on GPUs / RPC servers (-1: all; default 0: this CPU)")
+    g.add_argument("--split-mode", "-sm", default="layer", choices=["none", "layer", "row", "tensor"],
+                   help="how several devices share the layers (default layer)")
+    g.add_argument("--main-gpu", "-mg", type=int, default=0, help="device for --split-mode none")
+    g.add_argument("--tensor-split", "-ts", default=None, metavar="N0,N1,...",
+                   help="each device's share, e.g. 3,1")
+    g.add_argument("--rpc", default=None, metavar="HOST:PORT,...",
+                   help="RPC servers (specdec rpc-server) whose devices take layers")
+    g.add_argument("--n-gpu-layers-draft", "-ngld", type=int, default=None, metavar="N",
+                   help="layers of the drafter's own model on devices (default: as the target)")
+
+
+def _placement_options(args: argparse.Namespace) -> dict:
+    split = None
+    if args.tensor_split:
+        try:
+            split = [float(x) for x in args.tensor_split.split(",")]
+        except ValueError:
+            raise ValueError(f"--tensor-split {args.tensor_split!r}: numbers separated by commas") \
+                from None
+    return {"n_gpu_layers": args.n_gpu_layers, "split_mode": args.split_mode,
+            "main_gpu": args.main_gpu, "tensor_split": split, "rpc_servers": args.rpc,
+            "n_gpu_layers_draft": args.n_gpu_layers_draft}
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -62,7 +93,7 @@ def _generate(args: argparse.Namespace) -> int:
                         min_p=args.min_p, seed=args.seed)
     dec = api.Decoder(model, drafter=args.drafter, n_max=args.n_max, n_min=args.n_min,
                       p_min=args.p_min, adaptive=args.adaptive, exact=args.exact,
-                      n_ctx=args.n_ctx, n_threads=args.threads)
+                      n_ctx=args.n_ctx, n_threads=args.threads, **_placement_options(args))
     if args.stream and not args.json:
         st = dec.stream(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop)
         for piece in st:
@@ -86,6 +117,38 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"[{s.n_generated} tokens, {s.tokens_per_s:.1f} tok/s, finish={res.finish_reason}"
               f"{extra}]", file=sys.stderr)
     return 0
+
+
+def _add_rpc_server(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rpc-server", help="serve this machine's devices to specdec/llama.cpp "
+                       "clients over llama.cpp's RPC protocol (trusted networks only)")
+    p.add_argument("--host", "-H", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; the protocol has no "
+                        "authentication: never expose it to an untrusted network)")
+    p.add_argument("--port", "-p", type=int, default=50052)
+    p.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: all)")
+    p.add_argument("--device", "-d", default=None,
+                   help="comma-separated device names to serve (default: the GPUs, else the CPU)")
+    p.add_argument("--cache", "-c", default=None, metavar="DIR",
+                   help="keep tensors the clients send in DIR, so that reloading a model is fast")
+
+
+def _rpc_server(args: argparse.Namespace) -> int:
+    import signal
+
+    from ._core import rpc_serve
+
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        print(f"specdec rpc-server: WARNING: binding {args.host}: anyone who can reach this port "
+              "can use this machine's devices and memory; only do this on a trusted network",
+              file=sys.stderr)
+    # the server loop runs in C: let Ctrl-C / SIGTERM end the process at once
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    devices = [d for d in args.device.split(",") if d] if args.device else None
+    rpc_serve(args.host, args.port, n_threads=args.threads, devices=devices,
+              cache_dir=args.cache)
+    return 1
 
 
 def _drafters(args: argparse.Namespace) -> int:
@@ -174,6 +237,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                        "their argument syntax")
     p.add_argument("--verbose", "-v", action="store_true", help="also show where each comes from")
     _add_cache(sub)
+    _add_rpc_server(sub)
     from .benchmark.cli import add_parser as _add_bench
     _add_bench(sub)
     args = parser.parse_args(argv)
@@ -185,6 +249,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.command == "generate":
             return _generate(args)
+        if args.command == "rpc-server":
+            return _rpc_server(args)
         if args.command == "bench":
             from .benchmark.cli import run as _bench
             return _bench(args)

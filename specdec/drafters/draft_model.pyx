@@ -15,6 +15,7 @@ from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
 from .registry import register
+from ..placement import draft_options
 
 import os
 
@@ -27,12 +28,14 @@ cdef class DraftModelDrafter(Drafter):
     cdef Batch batch
     cdef object _source
     cdef readonly float p_min
+    cdef public object n_gpu_layers       # the draft model's layers on devices; None: the target's
     cdef int n_threads
     cdef vector[vector[int32_t]] in_ctx   # per sequence: tokens held by the draft context
     cdef vector[int32_t] n_hist           # per sequence: how many of them are target history
 
-    def __init__(self, path=None, *, p_min=0.0, n_threads=None, name="draft"):
+    def __init__(self, path=None, *, p_min=0.0, n_threads=None, n_gpu_layers=None, name="draft"):
         super().__init__(name)
+        self.n_gpu_layers = n_gpu_layers
         if path is None and type(self) is DraftModelDrafter:
             raise ValueError("the draft drafter needs a model: draft:PATH")
         self._source = path
@@ -57,7 +60,8 @@ cdef class DraftModelDrafter(Drafter):
         if isinstance(self._source, Model):
             self.draft_model = self._source
         else:
-            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=target.model.use_extra_bufts)
+            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=target.model.use_extra_bufts,
+                                     **draft_options(target.model.placement, self.n_gpu_layers))
         if not target.model.vocab_compatible(self.draft_model):
             raise ValueError(f"draft model {os.path.basename(self.draft_model.path)!r} has a "
                              f"vocabulary incompatible with the target {target.model.arch!r}")

@@ -45,6 +45,7 @@ from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
 from .registry import register
+from ..placement import draft_options
 
 import os
 
@@ -82,6 +83,7 @@ cdef class MtpDrafter(Drafter):
     cdef Batch batch                     # the queued catch-up, then the draft rows
     cdef object _source
     cdef readonly float p_min
+    cdef public object n_gpu_layers      # a head file's layers on devices; None: the target's
     cdef bint _p_min_given
     cdef int n_threads
     cdef readonly int n_heads            # >1: chained heads
@@ -98,8 +100,10 @@ cdef class MtpDrafter(Drafter):
     cdef int64_t n_decodes, n_catchup, n_flushes, n_skipped
     cdef double t_decode                 # seconds spent in MTP decodes
 
-    def __init__(self, path=None, *, p_min=None, n_threads=None, _chain_heads=0, name="mtp"):
+    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None,
+                 _chain_heads=0, name="mtp"):
         super().__init__(name)
+        self.n_gpu_layers = n_gpu_layers
         self._source = None if path in (None, "") else path
         self._p_min_given = p_min is not None
         self.p_min = 0.0 if p_min is None else float(p_min)
@@ -135,6 +139,11 @@ cdef class MtpDrafter(Drafter):
                 raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers "
                                  f"to derive a {src} head from")
             src = str(derive_mtp_head_gguf(tm.path, src.lower()))
+        if src is None and self.n_gpu_layers is not None \
+                and self.n_gpu_layers != tm.placement.n_gpu_layers:
+            # the head placed apart from the target (e.g. on the CPU under a GPU target):
+            # the target's file again, placed as asked, of which only the head is used
+            src = tm.path
         if src is None:
             self.mtp_model = tm
             if tm.n_layer_nextn <= 0:
@@ -148,7 +157,8 @@ cdef class MtpDrafter(Drafter):
                 self.mtp_model = src
             else:
                 self.mtp_model = Model(os.fspath(src), load_mtp=True,
-                                       use_extra_bufts=tm.use_extra_bufts)
+                                       use_extra_bufts=tm.use_extra_bufts,
+                                       **draft_options(tm.placement, self.n_gpu_layers))
             m = self.mtp_model
             name = os.path.basename(m.path)
             if m.n_layer_nextn <= 0:

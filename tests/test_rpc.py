@@ -1,0 +1,354 @@
+"""Placement and llama.cpp's RPC backend, on this CPU-only machine.
+
+Two local ``specdec rpc-server`` processes stand in for remote machines: models are split
+across them and the local CPU, and everything that reads model memory on the host (the lazy
+LM head, MTP hidden rows, rollback, checkpoints, exact mode) must give the local result.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+import specdec
+from specdec import Batch, Context, Decoder, Model, RPCError
+from specdec.placement import Placement, parse_rpc_servers
+
+TEXT = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
+        "fibonacci(n - 2)\n\n\ndef fibonacci(n):\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start_server(port: int) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-m", "specdec", "rpc-server", "--port", str(port),
+                             "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rpc-server on port {port} exited ({proc.returncode})")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"rpc-server on port {port} did not start")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """Two RPC servers on 127.0.0.1: a 'host:port,host:port' string."""
+    procs = []
+    try:
+        ports = [_free_port(), _free_port()]
+        procs = [_start_server(p) for p in ports]
+        yield ",".join(f"127.0.0.1:{p}" for p in ports)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+# --- options this build cannot honour, and bad values: clear errors before anything loads ---
+
+def test_system_info_names_backends_and_devices():
+    info = specdec.system_info()
+    assert "backends: " in info and "CPU" in specdec.backends()
+    assert "RPC" in specdec.backends()          # on by default (-Drpc=true)
+    assert any(d["type"] == "cpu" for d in specdec.devices())
+    assert any(line.startswith("device CPU") for line in info.splitlines())
+
+
+def test_device_options_this_build_lacks(gemma_path):
+    if any(d["type"] in ("gpu", "igpu") for d in specdec.devices()):
+        pytest.skip("this build found a GPU")
+    for ngl in (1, -1, 999):
+        with pytest.raises(ValueError, match="no GPU backend|no such device"):
+            Model(gemma_path, n_gpu_layers=ngl)
+    with pytest.raises(ValueError, match="n_gpu_layers"):
+        Decoder(gemma_path, n_gpu_layers=-1)
+    with pytest.raises(ValueError, match="n_gpu_layers=0"):
+        Model(gemma_path, rpc_servers="127.0.0.1:1")   # checked before connecting
+
+
+@pytest.mark.parametrize("bad", ["nope", "host:0", "host:70000", "a:1,", ":5", "a b:1",
+                                 "::1:5", ["a:1", "a:1"]])
+def test_bad_rpc_servers(bad):
+    with pytest.raises(ValueError):
+        parse_rpc_servers(bad)
+
+
+def test_rpc_server_forms():
+    assert parse_rpc_servers("a:1, b:2") == ("a:1", "b:2")
+    assert parse_rpc_servers(["a:1", "[::1]:50052"]) == ("a:1", "[::1]:50052")
+    assert parse_rpc_servers(None) == parse_rpc_servers("") == ()
+    with pytest.raises(TypeError):
+        parse_rpc_servers(5)
+
+
+@pytest.mark.parametrize("kw, err", [
+    (dict(split_mode="diagonal"), ValueError), (dict(split_mode=7), ValueError),
+    (dict(main_gpu=-1), ValueError), (dict(tensor_split=[1, -1]), ValueError),
+    (dict(tensor_split=[0, 0]), ValueError), (dict(tensor_split="3,1"), TypeError),
+    (dict(n_gpu_layers=1.5), TypeError), (dict(n_gpu_layers=True), TypeError),
+    (dict(rpc_timeout=0), ValueError)])
+def test_bad_placement_values(kw, err):
+    with pytest.raises(err):
+        Placement.make(**kw)
+
+
+def test_placement_goes_to_model_not_decoder_when_model_given(gemma):
+    with pytest.raises(ValueError, match="pass them to Model"):
+        Decoder(gemma, n_gpu_layers=-1)
+    with pytest.raises(ValueError, match="n_gpu_layers_draft"):
+        Decoder(gemma, drafter="ngram", n_gpu_layers_draft=0)
+
+
+def test_unreachable_server_is_an_error(gemma_path):
+    t0 = time.time()
+    with pytest.raises(RPCError, match="cannot connect"):
+        Model(gemma_path, n_gpu_layers=-1, rpc_servers=f"127.0.0.1:{_free_port()}")
+    assert time.time() - t0 < 30
+    assert Decoder(gemma_path).generate("Hi", max_tokens=2).tokens   # the process goes on
+
+
+def test_server_options(servers):
+    from specdec._core import rpc_serve
+    with pytest.raises(ValueError, match="port"):
+        rpc_serve("127.0.0.1", 0)
+    with pytest.raises(ValueError, match="no device"):
+        rpc_serve("127.0.0.1", _free_port(), devices=["NoSuchGPU"])
+    with pytest.raises(ValueError, match="split_mode='row'"):
+        Model(specdec.default_model_path(), n_gpu_layers=2, split_mode="row", rpc_servers=servers)
+    with pytest.raises(ValueError, match="tensor_split has 3"):
+        Model(specdec.default_model_path(), n_gpu_layers=2, tensor_split=[1, 1, 1],
+              rpc_servers=servers)
+    with pytest.raises(ValueError, match="main_gpu=2"):
+        Model(specdec.default_model_path(), n_gpu_layers=2, split_mode="none", main_gpu=2,
+              rpc_servers=servers)
+
+
+# --- gemma3-270m over two servers plus the local CPU --------------------------------------
+#
+# Exact mode needs the CPU backend's reference kernels (Context(batch_invariant=True)), a
+# switch the RPC protocol cannot carry to a server: it is refused over RPC. What is checked
+# here is that remote memory changes nothing: the same requests give the same tokens as on
+# this host, both without repacked weights (the servers' CPU backends never repack).
+
+GEMMA_DRAFTERS = ["ngram", "ngram-map", "ngram-cache", "suffix", "layerskip:6", "draft"]
+
+
+@pytest.fixture(scope="module")
+def gemma_flat(gemma_path):
+    return Model(gemma_path, use_extra_bufts=False)
+
+
+@pytest.fixture(scope="module")
+def gemma_split(servers, gemma_path):
+    # 12 of 18 layers (the output layer among them) on the two servers, 1:1; the rest here
+    return Model(gemma_path, use_extra_bufts=False, n_gpu_layers=12, tensor_split=[1, 1],
+                 rpc_servers=servers)
+
+
+def _drafter_spec(drafter, gemma_path):
+    return f"draft:{gemma_path}" if drafter == "draft" else drafter
+
+
+@pytest.mark.parametrize("drafter", GEMMA_DRAFTERS)
+def test_gemma_split_equals_local(gemma_split, gemma_flat, gemma_path, drafter):
+    assert gemma_split.is_remote and [d["backend"] for d in gemma_split.devices] == ["RPC", "RPC"]
+    spec = _drafter_spec(drafter, gemma_path)
+    local = Decoder(gemma_flat, drafter=spec, n_max=4, n_ctx=1024)
+    dec = Decoder(gemma_split, drafter=spec, n_max=4, n_ctx=1024,
+                  n_gpu_layers_draft=0 if drafter == "draft" else None)
+    res = dec.generate(TEXT, max_tokens=40)
+    assert res.tokens == local.generate(TEXT, max_tokens=40).tokens
+    if drafter in ("ngram", "suffix"):
+        assert res.stats.accepted > 0
+    if drafter == "draft":
+        assert not dec.drafters[0].draft_model.is_remote        # -ngld 0: on this host
+    if drafter == "layerskip:6":
+        assert dec.drafters[0].draft_model.is_remote            # follows the target
+
+
+def test_exact_mode_refused_over_rpc(gemma_split, gemma_path, servers):
+    with pytest.raises(ValueError, match="batch_invariant|exact"):
+        Decoder(gemma_split, drafter="ngram", exact=True)
+    with pytest.raises(ValueError, match="batch_invariant|exact"):
+        Decoder(gemma_path, exact=True, n_gpu_layers=-1, rpc_servers=servers)
+
+
+def test_gemma_all_remote_plain(servers, gemma_path, gemma_flat):
+    m = Model(gemma_path, use_extra_bufts=False, n_gpu_layers=-1, rpc_servers=servers.split(","))
+    assert (Decoder(m).generate(TEXT, max_tokens=24).tokens
+            == Decoder(gemma_flat).generate(TEXT, max_tokens=24).tokens)
+
+
+def test_lazy_head_steps_aside_under_offload(gemma_split):
+    # llama.cpp offloads the output layer first: with any layer remote, result_norm and the
+    # LM head are on a server, and the lazy head (host memory only) must step aside
+    dec = Decoder(gemma_split, drafter="ngram", lazy_logits=True)
+    out = dec.generate(TEXT, max_tokens=24).tokens
+    assert dec.ctx.lazy_logits.startswith("unavailable")
+    ref = Decoder(gemma_split, drafter="ngram")
+    assert ref.ctx.lazy_logits == "off"          # the Decoder does not try it off the host
+    assert ref.generate(TEXT, max_tokens=24).tokens == out
+
+
+def _steps(ctx, b, toks, pos0):
+    """One-token decodes; their logits."""
+    out = []
+    for i, t in enumerate(toks):
+        b.clear()
+        b.add(t, pos0 + i, 0, True)
+        ctx.decode(b)
+        out.append(ctx.logits(0).copy())
+    return out
+
+
+def _rollback_and_checkpoint(m, toks):
+    """Prompt, steps, a KV rollback and a checkpoint round trip: every logits row seen."""
+    ctx = Context(m, n_ctx=256, n_batch=32)
+    b = Batch(64)
+    for i, t in enumerate(toks[:20]):
+        b.add(t, i, 0, i == 19)
+    ctx.decode(b)
+    seen = [ctx.logits(19).copy()]
+    state = ctx.save_state(0)
+    seen += _steps(ctx, b, toks[20:23], 20)
+    assert ctx.seq_rm(0, 21)                     # roll back two tokens
+    assert ctx.seq_pos_max(0) == 20
+    again = _steps(ctx, b, toks[21:23], 21)
+    assert all((x == y).all() for x, y in zip(again, seen[2:]))
+    ctx.clear()
+    ctx.load_state(state, 0)                     # the checkpoint, restored
+    assert ctx.seq_pos_max(0) == 19
+    restored = _steps(ctx, b, toks[20:21], 20)
+    assert (restored[0] == seen[1]).all()
+    return seen
+
+
+def test_checkpoints_and_rollback_on_remote_memory(servers, gemma_path, gemma):
+    toks = gemma.tokenize(TEXT)
+    remote = Model(gemma_path, n_gpu_layers=-1, rpc_servers=servers, use_extra_bufts=False)
+    local = Model(gemma_path, use_extra_bufts=False)
+    a = _rollback_and_checkpoint(remote, toks)
+    b = _rollback_and_checkpoint(local, toks)
+    assert all((x == y).all() for x, y in zip(a, b))
+
+
+# --- MTP and recurrent rollback with target and head both remote -------------------------
+
+@pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
+def test_mtp_remote_equals_local(servers, model_file, arch):
+    from specdec.testing import bigram_successor, write_bigram_mtp_model
+    path = model_file(f"rpc-bigram-{arch}.gguf", lambda p: write_bigram_mtp_model(p, arch=arch))
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    local = Decoder(path, drafter="mtp", n_max=3).generate(prompt, max_tokens=32)
+    succ = bigram_successor(path)
+    want = [prompt[-1]]
+    for _ in range(32):
+        want.append(int(succ[want[-1]]))
+    assert local.tokens == want[1:]
+    # target and head both remote (the head is the target file's own NextN layer)
+    dec = Decoder(path, drafter="mtp", n_max=3, n_gpu_layers=-1, rpc_servers=servers, check=True)
+    assert dec.drafters[0].mtp_model is dec.model and dec.model.is_remote
+    assert dec.ctx.rs_trim and dec.ctx.n_rs_seq == 3       # n_rs_seq rollback, trimmed graphs
+    res = dec.generate(prompt, max_tokens=32)
+    assert res.tokens == local.tokens
+    assert res.stats.accepted > 0 and res.stats.drafted > res.stats.accepted  # rollbacks ran
+    # the head on this host, the trunk remote (llama.cpp's -ngld 0)
+    dec = Decoder(path, drafter="mtp", n_max=3, n_gpu_layers=-1, rpc_servers=servers,
+                  n_gpu_layers_draft=0)
+    assert not dec.drafters[0].mtp_model.is_remote
+    assert dec.generate(prompt, max_tokens=32).tokens == local.tokens
+
+
+def test_mtp_random_qwen35_remote_equals_local(servers, tiny_qwen35_path):
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3]
+    flat = Model(tiny_qwen35_path, load_mtp=True, use_extra_bufts=False)
+    remote = Model(tiny_qwen35_path, load_mtp=True, use_extra_bufts=False, n_gpu_layers=-1,
+                   rpc_servers=servers)
+    a = Decoder(flat, drafter="mtp", n_max=3).generate(prompt, max_tokens=24)
+    b = Decoder(remote, drafter="mtp", n_max=3).generate(prompt, max_tokens=24)
+    assert a.tokens == b.tokens and a.stats.drafted == b.stats.drafted
+
+
+def _recurrent_rollback(m):
+    ctx = Context(m, n_ctx=128, n_batch=16, n_rs_seq=3)
+    b = Batch(16)
+    seen = []
+    for pos0, toks in ((0, [5, 6, 7, 8]), (4, [9, 10, 11])):
+        b.clear()
+        for i, t in enumerate(toks):
+            b.add(t, pos0 + i, 0, True)
+        ctx.decode(b)
+        seen += [ctx.logits(i).copy() for i in range(len(toks))]
+    assert ctx.seq_rm(0, 5)      # keep one of the three: the recurrent state goes back by 2
+    b.clear()
+    b.add(12, 5, 0, True)
+    ctx.decode(b)
+    seen.append(ctx.logits(0).copy())
+    state = ctx.save_state(0)
+    ctx.clear()
+    ctx.load_state(state, 0)
+    b.clear()
+    b.add(13, 6, 0, True)
+    ctx.decode(b)
+    seen.append(ctx.logits(0).copy())
+    return seen
+
+
+def test_recurrent_rollback_remote(servers, tiny_qwen35_path):
+    remote = _recurrent_rollback(Model(tiny_qwen35_path, n_gpu_layers=-1, rpc_servers=servers))
+    local = _recurrent_rollback(Model(tiny_qwen35_path))
+    assert all((x == y).all() for x, y in zip(remote, local))
+
+
+# --- a server that dies -------------------------------------------------------------------
+
+def test_killed_server_raises_and_process_goes_on(servers, gemma_path):
+    port = _free_port()
+    proc = _start_server(port)
+    try:
+        dec = Decoder(gemma_path, drafter="ngram", n_gpu_layers=-1,
+                      rpc_servers=f"127.0.0.1:{port}")
+        st = dec.stream(TEXT, max_tokens=200)
+        next(st)
+        proc.kill()
+        proc.wait()
+        t0 = time.time()
+        with pytest.raises(RPCError, match="127.0.0.1:%d" % port):
+            for _ in st:
+                pass
+        assert time.time() - t0 < 30
+        with pytest.raises(RPCError, match="unusable"):
+            dec.generate("again", max_tokens=4)
+        with pytest.raises(RPCError):
+            dec.ctx.save_state(0)
+    finally:
+        proc.kill()
+        proc.wait()
+    # loading again: locally and on the live servers
+    assert Decoder(gemma_path).generate(TEXT, max_tokens=4).tokens
+    dec2 = Decoder(gemma_path, n_gpu_layers=-1, rpc_servers=servers)
+    assert len(dec2.generate(TEXT, max_tokens=4).tokens) == 4
+
+
+def test_cli_rpc_flags(servers, gemma_path):
+    out = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path,
+                          "-p", TEXT, "-n", "8", "-d", "ngram", "-ngl", "10", "--rpc", servers,
+                          "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    bad = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path, "-p", "x",
+                          "-ngl", "3"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "n_gpu_layers=3" in bad.stderr
