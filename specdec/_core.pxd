@@ -34,6 +34,7 @@ cdef class Model:
     cdef object _dead                # why an RPC failure made the model unusable, or None
     cdef vector[ggml_backend_dev_t] _devs
     cdef int _n_contexts
+    cdef object __weakref__
 
     cdef vector[ggml_backend_dev_t] _devices(self, plc) except *
     cdef bint _remote_dead(self)

@@ -23,6 +23,7 @@ import collections
 import logging
 import os
 import threading
+import weakref
 
 import numpy as np
 
@@ -225,13 +226,21 @@ cdef str _no_device_reason():
 _dead_endpoints = {}
 
 
+#: models whose layers may live on RPC servers (a live one holds its servers' connections)
+_remote_models = weakref.WeakSet()
+
+
 def _precheck_endpoint(str endpoint, double timeout):
     """Reach the server before llama.cpp does: its client aborts on a failed connect while
-    holding the lock every later connection needs, so a failed connect must not get that far."""
+    holding the lock every later connection needs, so a failed connect must not get that far.
+    Skipped while a model holds a connection to it: the server takes one client at a time
+    (a backlog of 1), and llama.cpp reuses that connection."""
     if endpoint in _dead_endpoints:
         raise RPCError(f"RPC server {endpoint} failed earlier in this process "
                        f"({_dead_endpoints[endpoint]}); llama.cpp cannot reconnect to it: "
                        "restart the process, or serve on another port")
+    if any(endpoint in m.placement.rpc_servers for m in list(_remote_models)):
+        return
     import socket
     host, _, port = endpoint.rpartition(":")
     host = host.strip("[]")
@@ -456,6 +465,8 @@ cdef class Model:
         if self.model == NULL:
             why_s = _recent_errors()
             raise ValueError(f"failed to load model {path}" + (f": {why_s}" if why_s else ""))
+        if self.is_remote:
+            _remote_models.add(self)
         self.vocab = llama_model_get_vocab(self.model)
         self.path = path
         self.arch = self.meta("general.architecture") or ""
