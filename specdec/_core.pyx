@@ -19,6 +19,7 @@ from libcpp cimport bool as cbool
 from ._llama cimport *
 
 cimport cython
+import atexit
 import collections
 import logging
 import os
@@ -62,7 +63,22 @@ def _emit(int level, bytes text):
         _log.log(lvl, "%s", msg)
 
 
+# set at interpreter exit: objects freed then (on specdec's helper threads too) log without
+# Python, whose finalizing runtime ends any thread that asks for the GIL
+cdef bint _exiting = False
+
+
+def _at_exit():
+    global _exiting
+    _exiting = True
+
+
+atexit.register(_at_exit)
+
+
 cdef void _log_callback(ggml_log_level level, const char * text, void * ud) noexcept nogil:
+    if _exiting:
+        return
     with gil:
         try:
             _emit(<int>level, <bytes>text)

@@ -251,7 +251,7 @@ def test_checkpoints_and_rollback_on_remote_memory(servers, gemma_path, gemma):
 @pytest.mark.parametrize("arch", ["qwen35", "qwen35moe"])
 def test_mtp_remote_equals_local(servers, model_file, arch):
     from specdec.testing import bigram_successor, write_bigram_mtp_model
-    path = model_file(f"rpc-bigram-{arch}.gguf", lambda p: write_bigram_mtp_model(p, arch=arch))
+    path = model_file(f"rpc-bigram-{arch}.gguf", lambda p: write_bigram_mtp_model(p, arch=arch, noise=0.6))
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     local = Decoder(path, drafter="mtp", n_max=3).generate(prompt, max_tokens=32)
     succ = bigram_successor(path)
@@ -344,10 +344,19 @@ def test_killed_server_raises_and_process_goes_on(servers, gemma_path):
     assert len(dec2.generate(TEXT, max_tokens=4).tokens) == 4
 
 
-def test_cli_rpc_flags(servers, gemma_path):
-    out = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path,
-                          "-p", TEXT, "-n", "8", "-d", "ngram", "-ngl", "10", "--rpc", servers,
-                          "--json"], capture_output=True, text=True, timeout=300)
+def test_cli_rpc_flags(gemma_path):
+    # a server of its own: a server takes one client at a time, and this process holds the
+    # module's servers
+    port = _free_port()
+    proc = _start_server(port)
+    try:
+        out = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path,
+                              "-p", TEXT, "-n", "8", "-d", "ngram", "-ngl", "10", "--rpc",
+                              f"127.0.0.1:{port}", "--json"],
+                             capture_output=True, text=True, timeout=300)
+    finally:
+        proc.kill()
+        proc.wait()
     assert out.returncode == 0, out.stderr
     bad = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path, "-p", "x",
                           "-ngl", "3"], capture_output=True, text=True, timeout=300)
