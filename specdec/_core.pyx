@@ -32,14 +32,15 @@ from ._gguf_check import GGUFError, check_gguf
 from .placement import Placement
 
 # --------------------------------------------------------------------------------------
-# logging: llama.cpp's log goes to the ``specdec.llama`` logger, quiet unless configured
+# logging: llama.cpp's log goes to the ``specdec.llama`` logger, quiet unless configured;
+# its INFO lines (~150 per model load) are DEBUG here, its warnings and errors keep their level
 # --------------------------------------------------------------------------------------
 
 _log = logging.getLogger("specdec.llama")
 _log.addHandler(logging.NullHandler())
-_LEVELS = {GGML_LOG_LEVEL_DEBUG: logging.DEBUG, GGML_LOG_LEVEL_INFO: logging.INFO,
+_LEVELS = {GGML_LOG_LEVEL_DEBUG: logging.DEBUG, GGML_LOG_LEVEL_INFO: logging.DEBUG,
            GGML_LOG_LEVEL_WARN: logging.WARNING, GGML_LOG_LEVEL_ERROR: logging.ERROR}
-_log_state = {"level": logging.INFO, "parts": []}
+_log_state = {"level": logging.DEBUG, "parts": []}
 # recent warnings and errors, quoted in exceptions so a failed load says why
 _recent = collections.deque(maxlen=8)
 _recent_lock = threading.Lock()
@@ -421,7 +422,10 @@ cdef object _view(object owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
 # --------------------------------------------------------------------------------------
 
 cdef class Model:
-    """A GGUF model loaded through libllama: metadata and tokenizer.
+    """Model(path, *, n_gpu_layers=0, use_mmap=True, load_mtp=False, use_extra_bufts=True, vocab_only=False)
+--
+
+    A GGUF model loaded through libllama: metadata and tokenizer.
 
     ``load_mtp`` loads the MTP (NextN) layers that MTP contexts need; without it
     llama.cpp would abort when such a context is created, so ``Context`` checks.
@@ -798,7 +802,10 @@ cdef class Model:
 # --------------------------------------------------------------------------------------
 
 cdef class Batch:
-    """Tokens, positions, sequence ids, output flags and optional embedding rows.
+    """Batch(capacity, *, n_embd=0, n_seq_max=1)
+--
+
+    Tokens, positions, sequence ids, output flags and optional embedding rows.
 
     Allocated once for ``capacity`` entries and reused (``clear``). MTP batches
     carry a token *and* an ``n_embd``-wide hidden row per entry.
@@ -933,7 +940,10 @@ cdef cbool _abort_cb(void * data) noexcept nogil:
 
 
 cdef class Context:
-    """A llama.cpp context: KV / recurrent memory and the decode loop's outputs.
+    """Context(model, *, n_ctx=4096, n_batch=512, n_ubatch=None, n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0, nextn=None, flash_attn=None, swa_full=True, kv_unified=None, n_outputs_max=0, lazy_logits=False, batch_invariant=False)
+--
+
+    A llama.cpp context: KV / recurrent memory and the decode loop's outputs.
 
     ``kind="mtp"`` makes a context that runs the model's MTP head (its own KV,
     NextN layers only). ``n_rs_seq`` keeps that many recurrent-state snapshots

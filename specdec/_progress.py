@@ -6,8 +6,10 @@ tqdm draws them on stderr when it is a terminal and stays silent otherwise;
 from __future__ import annotations
 
 import os
+import re
+import subprocess
 import sys
-from typing import Any
+from typing import IO, Any, Sequence
 
 from tqdm import tqdm
 
@@ -35,3 +37,26 @@ def progress(**kwargs: Any) -> "tqdm[Any]":
         kwargs.setdefault("unit_divisor", 1024)
     kwargs.setdefault("leave", False)
     return tqdm(disable=True if quiet() else None, **kwargs)
+
+
+_NINJA = re.compile(r"^\[(\d+)/(\d+)\]")
+
+
+def run_logged(cmd: Sequence[str], log: IO[str], desc: str, **kwargs: Any) -> int:
+    """Run a build step with its output appended to ``log``; in a terminal a bar follows
+    ninja's ``[n/m]`` lines (or counts output lines). Returns the exit status."""
+    with subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          errors="replace", **kwargs) as proc, \
+            progress(desc=desc, unit="step") as bar:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            m = _NINJA.match(line)
+            if m:
+                bar.total = int(m.group(2))
+                bar.n = int(m.group(1))
+                bar.refresh()
+            elif bar.total is None:
+                bar.update(1)
+        log.flush()
+        return proc.wait()

@@ -206,3 +206,91 @@ def test_no_warning_for_a_paying_or_adaptive_drafter(tiny_dense_path, caplog):
         adaptive.generate([1, 2, 3], max_tokens=100)
     assert r.stats.draft_rounds >= 16 and r.stats.accepted > 0
     assert not _judged(caplog)
+
+
+PUBLIC_CLASSES = ["Model", "Batch", "Context", "Drafter", "NgramDrafter", "NgramMapDrafter",
+                  "NgramMapK4VDrafter", "NgramCacheDrafter", "SuffixDrafter", "DraftModelDrafter",
+                  "MtpDrafter"]
+
+
+def _source_init(cls):
+    """The parameters of ``cls.__init__`` as written in its .pyx (None without the sources)."""
+    import re
+    from pathlib import Path
+    mod = sys.modules[cls.__module__]
+    src = Path(mod.__file__).with_name(cls.__module__.rsplit(".", 1)[-1] + ".pyx")
+    if not src.exists():
+        return None
+    text = src.read_text()
+    start = re.search(rf"^cdef class {cls.__name__}\b", text, re.M).end()
+    i = text.index("    def __init__(", start) + len("    def __init__(")
+    names = []
+    for p in " ".join(text[i:text.index("):", i)].split()).split(","):
+        p = p.strip().partition("=")[0].replace(" not None", "").split()
+        if p and p[-1] != "self" and not p[-1].startswith("_"):
+            names.append(p[-1])
+    return names
+
+
+@pytest.mark.parametrize("name", PUBLIC_CLASSES)
+def test_cython_classes_carry_signatures(name):
+    import inspect
+    cls = getattr(specdec, name, None) or getattr(specdec.drafters, name)
+    sig = inspect.signature(cls)
+    got = [(p.name, p.kind == p.KEYWORD_ONLY) for p in sig.parameters.values()]
+    src = _source_init(cls)
+    if src is not None:          # the docstring's signature is the one __init__ has
+        want = [(n, "*" in src[:i]) for i, n in enumerate(src) if n != "*"]
+        assert got == want, (got, want)
+    assert "--" not in (cls.__doc__ or "").splitlines()[:1]
+    # methods are introspectable too
+    if name == "Model":
+        assert list(inspect.signature(cls.tokenize).parameters)[:2] == ["self", "text"]
+
+
+def test_llama_load_chatter_is_debug(tiny_dense_path, caplog):
+    with caplog.at_level(logging.DEBUG, logger="specdec.llama"):
+        specdec.Model(tiny_dense_path)
+    levels = [r.levelno for r in caplog.records if r.name == "specdec.llama"]
+    assert levels.count(logging.DEBUG) > 20            # llama.cpp's load messages ...
+    assert logging.INFO not in levels                  # ... none at INFO
+
+
+def test_progress_bars_quiet_off_a_terminal(tmp_path):
+    """The default model is assembled with a bar on a terminal only (here stderr is a pipe)."""
+    code = ("import specdec, sys; p = specdec.default_model_path(); "
+            "assert p.exists() and p.stat().st_size > 200e6, p; "
+            "from specdec._progress import shown; print(shown())")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       cwd=tempfile.gettempdir(), env={**os.environ, "SPECDEC_CACHE_DIR": str(tmp_path)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "False" and p.stderr == ""
+    assert (tmp_path / "models" / "gemma3-270m-q4_k_m.gguf.json").exists()
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_progress_bar_on_a_terminal(tmp_path, quiet):
+    import fcntl
+    import pty
+    import struct
+    import termios
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))   # a real size
+    env = {**os.environ, "SPECDEC_CACHE_DIR": str(tmp_path)}
+    if quiet:
+        env["SPECDEC_QUIET"] = "1"
+    p = subprocess.Popen([sys.executable, "-c", "import specdec; specdec.default_model_path()"],
+                         stdout=subprocess.DEVNULL, stderr=slave, cwd=tempfile.gettempdir(), env=env)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert p.wait(timeout=600) == 0
+    os.close(master)
+    assert (b"assembling the default model" in out) != quiet, out[-500:]

@@ -39,13 +39,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="do not build missing peers (their rows say why they did not run)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--threads", "-t", type=int, default=2)
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
 
 
 def run(args: argparse.Namespace) -> int:
     from . import matrix as mx, report
 
-    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    from tqdm import tqdm
+
+    # tqdm.write keeps the progress bar (a terminal only) below the log lines
+    log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
     name = args.matrix or "quick"
     if args.results:
         results = report.finalize(report.load_json(args.results))

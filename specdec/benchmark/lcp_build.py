@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .._progress import run_logged
 from ..cache import cache_dir
 
 VERSION = "0.3.36"
@@ -140,10 +141,11 @@ def ensure(log_path: str | os.PathLike[str] | None = None) -> Path:
                        CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 1))
             env.pop("PYTHONPATH", None)
             with tempfile.TemporaryDirectory() as tmp:
-                res = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install",
-                                      "--no-cache-dir", str(sdist)], env=dict(env, TMPDIR=tmp),
-                                     stdout=log, stderr=subprocess.STDOUT)
-            if res.returncode != 0:
+                # -v: the build's ninja lines reach the log (and the progress bar)
+                rc = run_logged([str(venv / "bin" / "python"), "-m", "pip", "install", "-v",
+                                 "--no-cache-dir", str(sdist)], log, "building llama-cpp-python",
+                                env=dict(env, TMPDIR=tmp))
+            if rc != 0:
                 raise RuntimeError(f"llama-cpp-python {VERSION} build failed (see {log_file})")
             (root / "stamp.json").write_text(json.dumps(
                 {"version": VERSION, "cmake_args": CMAKE_ARGS,

@@ -29,6 +29,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from .._progress import run_logged
 from ..cache import cache_dir
 
 from . import lcp_build
@@ -183,13 +184,18 @@ def _cached_source(build: Path) -> str | None:
     return m.group(1) if m else None
 
 
-def _run_logged(cmd: list[str], out: IO[str] | None) -> None:
-    """Run a build step; its output goes to ``out`` (a log file) or to our stderr."""
-    # fd 2 rather than sys.stderr: the latter may be a Python object with no fileno (pytest)
-    res = subprocess.run(cmd, stdout=out if out is not None else 2, stderr=subprocess.STDOUT)
-    if res.returncode != 0:
+def _run_logged(cmd: list[str], out: IO[str] | None, desc: str = "building llama.cpp's tools"
+                ) -> None:
+    """Run a build step; its output goes to ``out`` (a log file, with a progress bar in a
+    terminal) or to our stderr."""
+    if out is not None:
+        rc = run_logged(cmd, out, desc)
+    else:
+        # fd 2 rather than sys.stderr: the latter may be a Python object with no fileno (pytest)
+        rc = subprocess.run(cmd, stdout=2, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
         where = f" (see {out.name})" if out is not None else ""
-        raise RuntimeError(f"build step failed with rc={res.returncode}{where}: {' '.join(cmd)}")
+        raise RuntimeError(f"build step failed with rc={rc}{where}: {' '.join(cmd)}")
 
 
 def ensure_tools(
@@ -230,7 +236,7 @@ def ensure_tools(
             out = stack.enter_context(open(log, "a")) if log is not None else None
             t0 = time.monotonic()
             if not stamp.get("configured") or not (build / "build.ninja").exists():
-                _run_logged(_configure_args(src, build), out)
+                _run_logged(_configure_args(src, build), out, "configuring llama.cpp's tools")
                 stamp = {"pin": _pin(), "flags": _flags_hash(), "src": str(src),
                          "configured": True, "tools": {}}
                 _write_stamp(root, stamp)

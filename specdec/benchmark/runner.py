@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import api
+from .._progress import progress
 from .._core import Model
 from ..models import default_model_path
 from . import machine, peers
@@ -176,6 +177,7 @@ class Runner:
         self._oracle_checks: List[Dict[str, Any]] = []   # exact mode at n_max in ORACLE_N_MAX
         self._done = 0
         self._total = 0
+        self._bar: Any = None     # a tqdm bar over the measurements, while run() runs
         self._case_n_ctx = 4096
 
     # --- bookkeeping --------------------------------------------------------------------
@@ -193,7 +195,11 @@ class Runner:
 
     def _tick(self, what: str) -> None:
         self._done += 1
-        self.log(f"[{self._done}/{self._total} {time.monotonic() - self._t0:5.0f}s] {what}")
+        if self._bar is not None and not self._bar.disable:
+            self._bar.update(1)
+            self._bar.set_postfix_str(what, refresh=True)
+        else:
+            self.log(f"[{self._done}/{self._total} {time.monotonic() - self._t0:5.0f}s] {what}")
 
     def _peer_reason(self, method: Method) -> Optional[str]:
         """Why a peer method cannot run here, or None."""
@@ -463,11 +469,14 @@ class Runner:
         info = machine.describe(self.threads)
         rows: List[Row] = []
         try:
-            for case in self.m.cases:
-                self.log(f"== {case.name}: {len(case.prompts)} prompt(s) x {len(case.methods)} "
-                         f"method(s), {case.n_gen} tokens, {self.m.reps} rounds")
-                rows += self._run_case(case)
+            with progress(total=self._total, desc=f"specdec bench ({self.m.name})",
+                          unit="run", leave=True) as self._bar:
+                for case in self.m.cases:
+                    self.log(f"== {case.name}: {len(case.prompts)} prompt(s) x {len(case.methods)} "
+                             f"method(s), {case.n_gen} tokens, {self.m.reps} rounds")
+                    rows += self._run_case(case)
         finally:
+            self._bar = None
             if self._lcp is not None:
                 self._lcp.close()
         return {

@@ -49,7 +49,10 @@ cdef class Draft:
 
 
 cdef class Drafter:
-    """Base of every drafter. Subclass it in Python and override ``propose``."""
+    """Drafter(name=None)
+--
+
+    Base of every drafter. Subclass it in Python and override ``propose``."""
 
     def __init__(self, name=None):
         self.name = name

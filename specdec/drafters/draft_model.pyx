@@ -21,7 +21,10 @@ import os
 
 
 cdef class DraftModelDrafter(Drafter):
-    """``path``: the draft GGUF (or a loaded ``Model``). ``p_min``: stop drafting when the
+    """DraftModelDrafter(path=None, *, p_min=0.0, n_threads=None, name="draft")
+--
+
+    ``path``: the draft GGUF (or a loaded ``Model``). ``p_min``: stop drafting when the
     draft model's probability of its own next guess falls below it."""
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx

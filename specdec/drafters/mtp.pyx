@@ -68,7 +68,10 @@ cdef inline double _now() noexcept nogil:
 
 
 cdef class MtpDrafter(Drafter):
-    """``mtp``: draft with the target's MTP head; ``mtp:PATH``: with an MTP-only GGUF;
+    """MtpDrafter(path=None, *, p_min=None, n_threads=None, name="mtp")
+--
+
+    ``mtp``: draft with the target's MTP head; ``mtp:PATH``: with an MTP-only GGUF;
     ``mtp:q8_0`` / ``mtp:q5_0`` / ``mtp:q4_0``: with a requantized copy of the target's own
     head (``mtp_head.derive_mtp_head_gguf``, written once into the cache). A draft step
     reads the whole head, mostly its vocab projection, so a smaller copy drafts faster;

@@ -31,7 +31,10 @@ cdef class _SeqIndex:
 
 
 cdef class NgramDrafter(Drafter):
-    """``n``: key length; ``n_min_key``: shortest fallback key; proposals follow the
+    """NgramDrafter(n=3, *, n_min_key=None, name="ngram")
+--
+
+    ``n``: key length; ``n_min_key``: shortest fallback key; proposals follow the
     latest match, up to the controller's ``n_max``."""
     cdef readonly int n
     cdef readonly int n_min_key

@@ -384,7 +384,10 @@ cdef string _path(path) except *:
 
 
 cdef class NgramCacheDrafter(Drafter):
-    """``static_path``: a static cache (llama-lookup-create) loaded at construction;
+    """NgramCacheDrafter(static_path=None, *, dynamic_path=None, ngram_min=1, ngram_max=4, max_entries=1048576, update_dynamic=True, name="ngram-cache")
+--
+
+    ``static_path``: a static cache (llama-lookup-create) loaded at construction;
     ``dynamic_path``: where ``save()``/``load()`` go by default, loaded at construction
     when the file exists (llama.cpp ``--lookup-cache-dynamic``); ``ngram_min``..
     ``ngram_max`` (1..4, llama.cpp's LLAMA_NGRAM_MIN/MAX): n-gram sizes of the context

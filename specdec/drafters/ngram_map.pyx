@@ -93,7 +93,10 @@ cdef class _MapSeq:
 
 
 cdef class NgramMapDrafter(Drafter):
-    """``n``: key length; ``m``: length of the proposed m-gram; ``min_hits``: earlier
+    """NgramMapDrafter(n=12, m=48, *, min_hits=1, k4v=False, name=None)
+--
+
+    ``n``: key length; ``m``: length of the proposed m-gram; ``min_hits``: earlier
     occurrences the key needs; ``k4v``: count up to four m-grams per key and propose
     the dominant one (llama.cpp ``ngram-map-k4v``) instead of the first one seen.
     Defaults are llama.cpp's (common.h ``common_params_speculative_ngram_map``)."""
@@ -328,7 +331,10 @@ cdef class NgramMapDrafter(Drafter):
 
 
 cdef class NgramMapK4VDrafter(NgramMapDrafter):
-    """llama.cpp ``ngram-map-k4v``: the dominant one of up to four m-grams per key."""
+    """NgramMapK4VDrafter(n=12, m=48, *, min_hits=1, name="ngram-map-k4v")
+--
+
+    llama.cpp ``ngram-map-k4v``: the dominant one of up to four m-grams per key."""
 
     def __init__(self, n=12, m=48, *, min_hits=1, name="ngram-map-k4v"):
         super().__init__(n, m, min_hits=min_hits, k4v=True, name=name)

@@ -555,7 +555,10 @@ cdef class _Tree:
 
 
 cdef class SuffixDrafter(Drafter):
-    """Suffix decoding.
+    """SuffixDrafter(max_depth=64, *, min_prob=0.1, spec_factor=1.0, spec_offset=0.0, max_corpus_tokens=100_000, name="suffix")
+--
+
+    Suffix decoding.
 
     ``max_depth`` (64): the longest context matched; the trees index suffixes of up to
     ``max_depth + 1`` tokens. ``min_prob`` (0.1): stop drafting when the estimated
