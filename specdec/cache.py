@@ -223,8 +223,6 @@ def iter_table(items: List[Entry]) -> Iterator[str]:
     """Lines of a listing: size, last use, name, and what it was derived from."""
     for e in items:
         used = time.strftime("%Y-%m-%d %H:%M", time.localtime(e.last_used))
-        src = e.source
-        extra = {k: v for k, v in e.info.items() if k not in ("source", "created")}
-        if extra:
-            src = f"{src} ({', '.join(f'{k}={v}' for k, v in extra.items())})"
-        yield f"{human(e.size):>8s}  {used}  {e.name}" + (f"  <- {src}" if src else "")
+        parts = [e.source] if e.source else []
+        parts += [f"{k}={v}" for k, v in e.info.items() if k not in ("source", "created", "sha256")]
+        yield f"{human(e.size):>8s}  {used}  {e.name}" + (f"  <- {', '.join(parts)}" if parts else "")
