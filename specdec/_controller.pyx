@@ -11,13 +11,19 @@ and ``n_past`` the number of tokens that are. A round decodes
 ``[last, d1..dk]`` at ``n_past..``, keeps ``last, d1..da`` for the ``a`` drafts
 the target agrees with, emits ``d1..da`` and the target's own next token, and
 removes the rest from the target's memory.
+
+Recurrent and hybrid targets without partial rollback (mamba2, rwkv, jamba,
+qwen3next, ...) roll back by checkpoint: the sequence's recurrent state is saved
+before a verify that holds drafts; on a partial accept it is restored, the
+attention KV trimmed, and ``last, d1..da, y`` decoded again (see ``_redecode``).
 """
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from ._core cimport Model, Context, Batch
+from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, argmax, Rng, Distribution
 from .drafters._base cimport Drafter, Draft
 from ._policy cimport DraftPolicy
@@ -69,6 +75,12 @@ cdef class _Seq:
     cdef int k             # drafts in the current verify batch
     cdef double t_asked    # time spent drafting this round (catch-up left out)
     cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
+    cdef vector[uint8_t] ckpt    # recurrent state before the current verify (checkpoint archs)
+    cdef double t_ckpt     # this round's checkpoint save and restore
+    cdef bint redo         # a partial accept restored the checkpoint: decode again
+    cdef int32_t prev      # the ``last`` of the current verify
+    cdef int a             # drafts accepted in the current verify
+    cdef double t_v        # the current verify's cost so far
 
 
 cdef class Controller:
@@ -96,6 +108,9 @@ cdef class Controller:
     cdef list _log
     cdef int64_t n_filler
     cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
+    cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rs_seq)
+    cdef uint32_t ckpt_flags
+    cdef int64_t n_redecode
     cdef DraftPolicy policy
     cdef vector[int32_t] scratch
     # stats, counted in C, turned into Python once in ``stats()``
@@ -126,11 +141,12 @@ cdef class Controller:
         self.n_drafters = len(self.drafters)
         if self.n_drafters == 0:
             n_max = 0
-        if not self.model.supports_partial_rollback and n_max > 0:
-            raise ValueError(f"{self.model.arch} cannot roll back its state; speculative decoding "
-                             "needs partial rollback or checkpoints")
+        # recurrent/hybrid archs without n_rs_seq snapshots: checkpoints, whatever the depth
+        self.ckpt = not self.model.supports_partial_rollback
+        # only the recurrent part (hybrids trim their attention KV with seq_rm)
+        self.ckpt_flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         self.rs_cap = -1
-        if (self.model.is_recurrent or self.model.is_hybrid) and n_max > 0:
+        if (self.model.is_recurrent or self.model.is_hybrid) and n_max > 0 and not self.ckpt:
             if ctx.n_rs_seq < n_max:
                 raise ValueError(f"n_rs_seq={ctx.n_rs_seq} of the target context is too small for "
                                  f"drafts of {n_max} tokens: create it with n_rs_seq >= n_max")
@@ -152,9 +168,10 @@ cdef class Controller:
         if exact and not ctx.batch_invariant:
             raise ValueError("exact mode needs a batch-invariant target context: "
                              "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
-        if exact and (self.model.is_recurrent or self.model.is_hybrid) and ctx.n_rs_seq < 1:
+        rs_snapshots = (self.model.is_recurrent or self.model.is_hybrid) and not self.ckpt
+        if exact and rs_snapshots and ctx.n_rs_seq < 1:
             raise ValueError("exact mode on a recurrent/hybrid target needs n_rs_seq >= 1")
-        if exact and self.rs_cap < 0 and (self.model.is_recurrent or self.model.is_hybrid):
+        if exact and self.rs_cap < 0 and rs_snapshots:
             self.rs_cap = ctx.n_rs_seq
         for s in ([stop] if isinstance(stop, (str, bytes)) else list(stop)):
             b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
@@ -390,6 +407,8 @@ cdef class Controller:
         if self.exact and self.batch.b.n_tokens == 1:
             self._pad()
         self._lap(T_CONTROL)
+        if self.ckpt:
+            self._save_checkpoints()
         self.ctx.decode_c(self.batch)
         cdef double t_dec = self._lap(T_TARGET)
         self.n_rounds += 1
@@ -399,11 +418,77 @@ cdef class Controller:
                 continue
             self._verify(s, t_dec)
             s.row0 = -1
+        if self.ckpt:
+            self._redecode()
+        for s in self.seqs:
             if s.finish == RUNNING:
                 alive += 1
         self._lap(T_CONTROL)
         self.t_gen += self.t_mark - t0
         return alive
+
+    cdef int _save_checkpoints(self) except -1:
+        """Save the recurrent state of every sequence whose verify holds drafts (or the
+        exact-mode filler): a rejected one is rolled back by restoring it."""
+        cdef _Seq s
+        for s in self.seqs:
+            s.t_ckpt = 0.0
+            s.redo = False
+            if s.finish == RUNNING and s.row0 >= 0 and s.k > 0:
+                self._lap(T_CONTROL)
+                self.ctx.save_state_c(s.id, self.ckpt_flags, s.ckpt)
+                s.t_ckpt = self._lap(T_VERIFY)
+        return 0
+
+    cdef int _redecode(self) except -1:
+        """Decode ``last, d1..da, y`` again for the sequences whose checkpoint was restored.
+
+        ``y`` (the target's own token, already emitted) rides along: its row yields the
+        next token, so the decode a rejection costs is also the next plain round, and
+        the batch always has two rows or more (exact mode never decodes a single row).
+        Its cost is charged to the round that rejected, for the policy to weigh.
+        """
+        cdef _Seq s
+        cdef int i, base, n_rows = 0
+        cdef int32_t z
+        cdef Drafter d
+        self.batch.clear_c()
+        for s in self.seqs:
+            if not s.redo:
+                continue
+            s.row0 = self.batch.b.n_tokens
+            base = s.n_past - 1 - s.a
+            self.batch.add_c(s.prev, base, s.id, True)
+            for i in range(s.a):
+                self.batch.add_c(s.draft.tokens[i], base + 1 + i, s.id, True)
+            self.batch.add_c(s.last, base + 1 + s.a, s.id, True)
+            n_rows += s.a + 2
+        if n_rows == 0:
+            return 0
+        self._lap(T_CONTROL)
+        self.ctx.decode_c(self.batch)
+        cdef double t_dec = self._lap(T_TARGET), t_head
+        for s in self.seqs:
+            if not s.redo:
+                continue
+            s.redo = False
+            self.n_redecode += 1
+            # exact mode: the lazy head computes two rows, as a verify's first pass does
+            self.ctx.prepare_logits_c(s.row0 + s.a, 2)
+            t_head = self._lap(T_HEAD)
+            z = self._sample(s, s.row0 + s.a + 1)
+            s.n_past += 1
+            self._lap(T_VERIFY)
+            for i in range(self.n_drafters):
+                d = <Drafter> self.drafters[i]
+                d.observe_c(s.id, &s.last, 1, s.row0 + s.a + 1)
+            self._lap(T_DRAFT)
+            s.t_v += t_dec * (s.a + 2) / n_rows + t_head
+            self._observe_policy(s, s.k, s.a, s.a + 2)
+            s.row0 = -1
+            if not self._emit(s, z):
+                s.last = z
+        return 0
 
     cdef int _pad(self) except -1:
         """Make a one-row verify batch two rows long.
@@ -458,7 +543,8 @@ cdef class Controller:
         cdef Drafter d
         if k < 0:   # an exact-mode padding row with nothing to guess: verify ``last`` only
             k = s.k = 0
-            if not self.ctx.seq_rm_c(s.id, s.n_past + 1, -1):
+            # (a checkpoint arch keeps it: the sequence fills its context with this round)
+            if not self.ckpt and not self.ctx.seq_rm_c(s.id, s.n_past + 1, -1):
                 raise RuntimeError("could not drop the padding row")
         # accept the longest agreeing prefix
         cdef int n_ready = 0
@@ -495,13 +581,21 @@ cdef class Controller:
                 y = self._sample(s, s.row0 + k)
         # the target's memory keeps ``last, d1..da``; the rest is rolled back
         cdef int keep = s.n_past + 1 + a
-        if a < k:
+        cdef bint redo = False
+        if a < k and self.ckpt:
+            # back to the state before ``last``; ``_redecode`` decodes the kept tokens again
+            self.ctx.load_state_c(s.id, self.ckpt_flags, s.ckpt)
+            if not self.ctx.seq_rm_c(s.id, s.n_past, -1):
+                raise RuntimeError(f"rollback of sequence {s.id} to {s.n_past} refused by llama.cpp")
+            redo = True
+        elif a < k:
             if not self.ctx.seq_rm_c(s.id, keep, -1):
                 raise RuntimeError(f"rollback of sequence {s.id} to {keep} refused by llama.cpp")
         # what the policy weighs is the whole verification: the decode, the lazy head's
-        # passes (with gemma's 262k vocab as costly per row as the trunk) and the rollback
+        # passes (with gemma's 262k vocab as costly per row as the trunk), the rollback and,
+        # on checkpoint archs, saving the checkpoint (the decode again is added by _redecode)
         self._lap(T_VERIFY)
-        t_v = t_dec + self.t_mark - t_v
+        t_v = t_dec + self.t_mark - t_v + s.t_ckpt
         self.scratch.clear()
         self.scratch.push_back(s.last)
         for i in range(a):
@@ -526,17 +620,29 @@ cdef class Controller:
                 self.drafted_at[i] += 1
                 if i < a:
                     self.accepted_at[i] += 1
-        if not filler:
-            self.policy.observe(k, a, t_v)
-            self.policy.observe_round(s.pred_e, s.pred_t, a + 1, s.t_asked + t_v)
-            if self.record and k > 0:
-                self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
+        if not filler and self.record and k > 0:
+            self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
+        s.t_v = t_v
+        s.a = a
+        s.prev = s.last
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
             if self._emit(s, s.draft.tokens[i]):
+                self._observe_policy(s, k, a, a + 1)
                 return 0
         if not self._emit(s, y):
             s.last = y
+            s.redo = redo
+        if not s.redo:
+            self._observe_policy(s, k, a, a + 1)
+        return 0
+
+    cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1:
+        """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
+        if s.proposer == -2:
+            return 0
+        self.policy.observe(k, a, s.t_v)
+        self.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)
         return 0
 
     cdef float _q(self, _Seq s, int pos, int32_t x) noexcept:
@@ -610,6 +716,7 @@ cdef class Controller:
         self._log = []
         self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
         self.n_filler = 0
+        self.n_redecode = 0
         self.drafted_at.clear()
         self.accepted_at.clear()
         self.t_prompt = self.t_gen = 0.0
@@ -626,6 +733,7 @@ cdef class Controller:
             "rounds": self.n_rounds,
             "draft_rounds": self.n_draft_rounds,
             "filler_rounds": self.n_filler,
+            "redecodes": self.n_redecode,
             "drafted": self.n_drafted,
             "accepted": self.n_accepted,
             "acceptance_rate": (<double>self.n_accepted / self.n_drafted) if self.n_drafted else 0.0,

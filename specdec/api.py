@@ -187,7 +187,8 @@ class Decoder:
             if configure is not None:
                 configure(self.spec)
         n_max_eff = self.spec.n_max if self.drafters else 0
-        recurrent = self.model.is_recurrent or self.model.is_hybrid
+        # recurrent state rolled back by n_rs_seq snapshots (the others use checkpoints)
+        recurrent = (self.model.is_recurrent or self.model.is_hybrid) and self.model.supports_partial_rollback
         nextn = None
         for d in self.drafters:
             nextn = getattr(d, "target_nextn", None) or nextn

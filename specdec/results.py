@@ -31,6 +31,7 @@ class Stats:
     accepted_per_position: List[int] = field(default_factory=list)
     draft_rounds: int = 0
     filler_rounds: int = 0
+    redecodes: int = 0          # checkpoint rollbacks: decodes of the accepted prefix again
     t_target_s: float = 0.0
     t_lm_head_s: float = 0.0
     t_draft_s: float = 0.0

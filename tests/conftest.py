@@ -40,6 +40,12 @@ def tiny_dense_path(model_cache) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_mamba2_path(model_cache) -> str:
+    from specdec.testing import write_tiny_mamba2
+    return _cached(model_cache, "tiny-mamba2.gguf", lambda p: write_tiny_mamba2(p, seed=1))
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen35_path(model_cache) -> str:
     from specdec.testing import write_tiny_qwen35
     return _cached(model_cache, "tiny-qwen35-mtp.gguf", write_tiny_qwen35)

@@ -179,7 +179,9 @@ cdef class MtpDrafter(Drafter):
         if mm.n_layer_nextn > 1 and mm.arch not in CHAIN_ARCHS:
             raise ValueError(f"llama.cpp's {mm.arch} MTP graph runs one NextN layer, the model "
                              f"has {mm.n_layer_nextn}")
-        if (tm.is_recurrent or tm.is_hybrid) and target.n_rs_seq < self._n_max_cfg:
+        # (targets without n_rs_seq snapshots roll back by checkpoints, at any depth)
+        if ((tm.is_recurrent or tm.is_hybrid) and tm.supports_partial_rollback
+                and target.n_rs_seq < self._n_max_cfg):
             raise ValueError(f"n_rs_seq={target.n_rs_seq} of the target context is too small for "
                              f"MTP drafts of {self._n_max_cfg} tokens: create it with "
                              "n_rs_seq >= n_max")

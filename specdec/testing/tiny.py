@@ -405,3 +405,82 @@ def write_tiny_dense(
         dtype=dtype,
         name="tiny-dense",
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Mamba2Dims:
+    """Hyperparameters of a Mamba-2 model (src/models/mamba2.cpp)."""
+
+    n_vocab: int = 256
+    n_embd: int = 64
+    n_layer: int = 2
+    d_inner: int = 128
+    d_state: int = 16
+    n_head: int = 4          # ssm.time_step_rank: heads of d_inner / n_head channels
+    n_group: int = 1
+    d_conv: int = 4
+    n_ctx_train: int = 4096
+
+    @property
+    def conv_dim(self) -> int:
+        return self.d_inner + 2 * self.n_group * self.d_state
+
+
+def mamba2_layout(d: Mamba2Dims) -> dict[str, Shape]:
+    """Tensor names and ggml shapes created by llama_model_mamba2::load_arch_tensors."""
+    t: dict[str, Shape] = {
+        "token_embd.weight": (d.n_embd, d.n_vocab),
+        "output_norm.weight": (d.n_embd,),
+        "output.weight": (d.n_embd, d.n_vocab),
+    }
+    for il in range(d.n_layer):
+        p = f"blk.{il}."
+        t[p + "attn_norm.weight"] = (d.n_embd,)
+        t[p + "ssm_in.weight"] = (d.n_embd, d.d_inner + d.conv_dim + d.n_head)
+        t[p + "ssm_conv1d.weight"] = (d.d_conv, d.conv_dim)
+        t[p + "ssm_conv1d.bias"] = (d.conv_dim,)
+        t[p + "ssm_dt.bias"] = (d.n_head,)
+        t[p + "ssm_a"] = (1, d.n_head)
+        t[p + "ssm_d"] = (1, d.n_head)
+        t[p + "ssm_norm.weight"] = (d.d_inner // d.n_group, d.n_group)
+        t[p + "ssm_out.weight"] = (d.d_inner, d.n_embd)
+    return t
+
+
+def add_mamba2_kv(w: gguf.GGUFWriter, d: Mamba2Dims) -> None:
+    """Keys llama_model_mamba2::load_arch_hparams reads (no attention: no head counts)."""
+    w.add_context_length(d.n_ctx_train)
+    w.add_embedding_length(d.n_embd)
+    w.add_block_count(d.n_layer)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_ssm_conv_kernel(d.d_conv)
+    w.add_ssm_inner_size(d.d_inner)
+    w.add_ssm_state_size(d.d_state)
+    w.add_ssm_time_step_rank(d.n_head)
+    w.add_ssm_group_count(d.n_group)
+
+
+def write_tiny_mamba2(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    n_vocab: int = 256,
+    dtype: str = "f32",
+) -> Path:
+    """Random 2-layer Mamba-2 (n_embd 64, d_inner 128, 4 heads, d_state 16): a purely
+    recurrent target with no partial rollback, so speculation needs state checkpoints."""
+    d = Mamba2Dims(n_vocab=n_vocab)
+
+    def add_kv(w: gguf.GGUFWriter) -> None:
+        add_mamba2_kv(w, d)
+        add_test_tokenizer(w, d.n_vocab)
+
+    return write_gguf(
+        path,
+        "mamba2",
+        mamba2_layout(d),
+        RandomFill(seed),
+        add_kv,
+        dtype=dtype,
+        name="tiny-mamba2",
+    )

@@ -1,0 +1,148 @@
+"""Checkpoint rollback: recurrent targets without n_rs_seq snapshots (mamba2 here) save
+their state before a verify, restore it on a partial accept and decode the kept tokens
+again. Greedy output in exact mode must equal plain output token for token, and a
+restored-then-continued state must equal a replay bit for bit."""
+import numpy as np
+import pytest
+
+import specdec
+from specdec import Batch, Context, Decoder
+from specdec._controller import Controller
+from specdec.drafters import Drafter
+
+
+@pytest.fixture(scope="module")
+def mamba2(tiny_mamba2_path):
+    return specdec.Model(tiny_mamba2_path, use_extra_bufts=False)
+
+
+@pytest.fixture(scope="module")
+def draft_path(model_file):
+    from specdec.testing import write_tiny_dense
+    return model_file("tiny-dense-draft-7.gguf", lambda p: write_tiny_dense(p, seed=7))
+
+
+def _prompts(plain):
+    """Prompts whose history holds the model's own continuation (n-gram drafts that are
+    partly right) next to ones that hold none."""
+    out = []
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        p = [int(t) for t in rng.integers(0, 256, 24)]
+        cont = plain.generate(p, max_tokens=40).tokens
+        out.append(p + cont[:30] + p)
+        out.append(p)
+    return out
+
+
+def test_mamba2_rolls_back_by_checkpoint(mamba2):
+    assert mamba2.is_recurrent and not mamba2.supports_partial_rollback
+    with pytest.raises(ValueError, match="checkpoints"):
+        Context(mamba2, n_ctx=256, n_rs_seq=4)
+    ctx = Context(mamba2, n_ctx=256)
+    d = Wrong()
+    d.bind(ctx, 1)
+    assert Controller(ctx, [d], n_max=16).n_sequences == 0   # drafts of any depth
+
+
+@pytest.mark.parametrize("n_max", [3, 8])
+def test_exact_ngram_equals_plain(mamba2, n_max):
+    plain = Decoder(mamba2, exact=True, n_ctx=512)
+    spec = Decoder(mamba2, drafter="ngram", n_max=n_max, adaptive=True, exact=True, n_ctx=512)
+    redecodes = accepted = 0
+    for p in _prompts(plain):
+        want = plain.generate(p, max_tokens=64).tokens
+        res = spec.generate(p, max_tokens=64)
+        assert res.tokens == want
+        redecodes += res.stats.redecodes
+        accepted += res.stats.accepted
+    assert redecodes > 0 and accepted > 0
+
+
+def test_exact_draft_model_equals_plain(mamba2, draft_path):
+    plain = Decoder(mamba2, exact=True, n_ctx=512)
+    spec = Decoder(mamba2, drafter=f"draft:{draft_path}", n_max=4, adaptive=True, exact=True,
+                   n_ctx=512)
+    drafted = redecodes = 0
+    for p in _prompts(plain)[:4]:
+        want = plain.generate(p, max_tokens=48).tokens
+        res = spec.generate(p, max_tokens=48)
+        assert res.tokens == want
+        drafted += res.stats.drafted
+        redecodes += res.stats.redecodes
+    assert drafted > 0 and redecodes > 0
+
+
+class Wrong(Drafter):
+    """Always drafts tokens the target never picks next (the token it just emitted, +1)."""
+
+    def __init__(self):
+        super().__init__("wrong")
+
+    def propose(self, seq, last_token, n_max):
+        return [(last_token + 1 + i) % 256 for i in range(n_max)]
+
+
+def test_never_right_drafter_changes_nothing(mamba2):
+    """Fixed n_max, every draft rejected: every round restores and decodes again."""
+    ctx = Context(mamba2, n_ctx=512, n_batch=64, batch_invariant=True)
+    plain = Controller(ctx, [], exact=True)
+    prompt = [5, 17, 200, 31, 9]
+    plain.start([prompt], 50)
+    plain.run()
+    want = plain.tokens()
+    d = Wrong()
+    d.bind(ctx, 1)
+    ctl = Controller(ctx, [d], n_max=4, exact=True)
+    ctl.start([prompt], 50)
+    ctl.run()
+    assert ctl.tokens() == want
+    st = ctl.stats()
+    assert st["redecodes"] > 0 and st["accepted"] < st["drafted"]
+
+
+def _decode(ctx, toks, pos0):
+    b = Batch(64)
+    for i, t in enumerate(toks):
+        b.add(t, pos0 + i, 0, True)
+    ctx.decode(b)
+    return np.array(ctx.logits(len(toks) - 1))
+
+
+@pytest.mark.parametrize("partial", [True, False])
+def test_restore_then_continue_equals_replay(mamba2, partial):
+    """Save, decode drafts, restore, decode the kept prefix and go on: the logits are those
+    of a context that only ever saw the kept tokens (batch-invariant, so bit for bit)."""
+    prompt = [3, 141, 59, 26, 53, 58, 97]
+    kept, drafts, more = [9, 32], [38, 46, 26, 43], [38, 32, 79]
+    a = Context(mamba2, n_ctx=128, n_batch=64, batch_invariant=True)
+    _decode(a, prompt, 0)
+    ckpt = a.save_state(0, partial=partial)
+    n = len(prompt)
+    _decode(a, kept + drafts, n)
+    a.load_state(ckpt, 0, partial=partial)
+    assert a.seq_pos_max(0) == n - 1
+    got = [_decode(a, kept, n), _decode(a, more, n + len(kept))]
+
+    b = Context(mamba2, n_ctx=128, n_batch=64, batch_invariant=True)
+    _decode(b, prompt, 0)
+    want = [_decode(b, kept, n), _decode(b, more, n + len(kept))]
+    for g, w in zip(got, want):
+        assert np.array_equal(g, w)
+
+
+def test_sequences_roll_back_independently(mamba2):
+    """Several sequences in one verify batch, each restored from its own checkpoint."""
+    prompts = [[5, 17, 200, 31, 9], [7, 7, 1, 250], [100, 3, 44, 90, 12, 8]]
+    ctx = Context(mamba2, n_ctx=512, n_batch=64, n_seq_max=3)
+    plain = Controller(ctx, [])
+    plain.start(prompts, 30)
+    plain.run()
+    want = [plain.tokens(i) for i in range(3)]
+    d = Wrong()
+    d.bind(ctx, 3)
+    ctl = Controller(ctx, [d], n_max=3)
+    ctl.start(prompts, 30)
+    ctl.run()
+    assert [ctl.tokens(i) for i in range(3)] == want
+    assert ctl.stats()["redecodes"] > 0
