@@ -153,6 +153,39 @@ def test_interleaved_rows_ratio_and_table(bench_cache):
     assert "| specdec mtp adaptive | bigram |" in md
 
 
+def test_oracle_rows_ceiling_and_shares(bench_cache, tmp_path):
+    """Timed oracle rows: the ceiling per n_max on each prompt, every drafter's tok/s as a
+    share of the best oracle row, in the JSON, the ratios, the report and a plot."""
+    from specdec.benchmark import plots
+
+    m = matrix.tiny(n_gen=32, reps=1, peers=False, oracle=True)
+    res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+    by = {(r.method, r.prompt): r for r in rows_of(res)}
+    o2, o4 = by[("specdec oracle n2", "bigram")], by[("specdec oracle n4", "bigram")]
+    plain, mtp = by[("specdec plain", "bigram")], by[("specdec mtp n2", "bigram")]
+    for o in (o2, o4):
+        assert o.tok_s > 0 and o.drafted > 0 and o.accepted == o.drafted
+        assert o.check == ""          # its exactness is the oracle exact check's
+    per = res["oracle"]["mtp-tiny-90"]["bigram"]
+    assert per["speedup"][2] == pytest.approx(o2.tok_s / plain.tok_s, rel=1e-3)
+    assert per["speedup"][4] == pytest.approx(o4.tok_s / plain.tok_s, rel=1e-3)
+    best = max(o2, o4, key=lambda r: r.tok_s)
+    assert per["best_n_max"] == best.n_max
+    assert per["share"]["specdec mtp n2"] == pytest.approx(mtp.tok_s / best.tok_s, rel=1e-3)
+    assert "specdec oracle n2" not in per["share"] and "specdec plain" not in per["share"]
+    ceiling = res["ratios"]["mtp-tiny-90: specdec oracle n4 / specdec plain"]
+    assert ceiling["kind"] == "oracle" and not ceiling["tracked"]
+    share = res["ratios"]["mtp-tiny-90: specdec mtp best fixed / oracle best"]
+    assert share["kind"] == "oracle-share" and not share["tracked"]
+    assert share["value"] == pytest.approx(mtp.tok_s / best.tok_s, rel=1e-3)
+    # the oracle is never "the best specdec drafter" of the n-gram comparisons
+    assert not any("oracle best fixed / specdec plain" in k for k in res["ratios"])
+    md = report.markdown(res)
+    assert "| oracle n2 speedup |" in md and "| specdec mtp n2 |" in md
+    paths = plots.write_all(res, tmp_path / "plots")
+    assert paths[-1].name == "oracle.png" and paths[-1].read_bytes()[:4] == b"\x89PNG"
+
+
 def test_unavailable_peer_gets_a_row_saying_why(bench_cache):
     m = matrix.tiny(n_gen=16, reps=1, peers=True)
     res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
@@ -206,8 +239,12 @@ def test_matrices_cover_the_issue():
     for p in next(c for c in f.cases if c.name == "gemma3-270m").prompts:
         by_cat.setdefault(p.category, []).append(p.name)
     assert all(len(v) >= 2 for v in by_cat.values()), by_cat
+    for m in (q, f):
+        gemma = next(c for c in m.cases if c.name == "gemma3-270m")
+        assert {x.n_max for x in gemma.methods if x.family == "oracle"} == {2, 4, 8, 16}
     for case in f.cases:
-        ours = [x for x in case.methods if x.side == "specdec" and x.family != "plain"]
+        # (the oracle, the harness's ceiling, runs at fixed draft lengths only)
+        ours = [x for x in case.methods if x.side == "specdec" and x.family not in ("plain", "oracle")]
         for fam in {x.family for x in ours}:
             assert any(x.adaptive for x in ours if x.family == fam), (case.name, fam)
             assert any(not x.adaptive for x in ours if x.family == fam), (case.name, fam)

@@ -23,7 +23,7 @@ MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only need
 @dataclass(frozen=True)
 class Method:
     side: str                        # SPECDEC, LLAMA_CPP or LCP
-    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp
+    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp, oracle
     drafter: str = ""                # specdec drafter spec, llama.cpp --spec-type, or LCP kind
     n_max: int = 0
     adaptive: bool = False
@@ -72,6 +72,11 @@ def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False,
 # beside the same methods in fast mode (ratio kind "exact-cost")
 EXACT = (Method(SPECDEC, "plain", exact=True), _s("ngram", "ngram", 3, exact=True),
          _s("suffix", "suffix", 16, adaptive=True, exact=True))
+
+
+# the oracle drafter (``oracle.py``, harness only) timed at these draft lengths: on each prompt,
+# the speedup a drafter that is always right gets, i.e. the hardware's ceiling per n_max
+ORACLE_TIMED = tuple(Method(SPECDEC, "oracle", "oracle", n) for n in (2, 4, 8, 16))
 
 
 PLAIN = Method(SPECDEC, "plain")
@@ -126,7 +131,7 @@ def quick() -> Matrix:
                   _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
                   _s("suffix", "suffix", 16, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
-                  LCP_PLAIN, Method(LCP, "ngram", "pld", 2)) + EXACT,
+                  LCP_PLAIN, Method(LCP, "ngram", "pld", 2)) + EXACT + ORACLE_TIMED,
                  n_gen=128)
     # the best fixed n_max in the full sweep (2026-11-22, 2 cores): 3 at 90%, 2 at 70%, 1 at 50%;
     # Q8_0 at 70% only (the full matrix has every level in both weight types)
@@ -151,7 +156,7 @@ def full() -> Matrix:
     s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]
     s += [Method(LLAMA_CPP, "ngram-cache", "ngram-cache", n) for n in (3, 4)]
     s += [LCP_PLAIN] + [Method(LCP, "ngram", "pld", n) for n in (2, 3, 10)]
-    s += EXACT
+    s += EXACT + ORACLE_TIMED
     gemma = Case("gemma3-270m", "gemma", tuple(all_prompts()), tuple(s), n_gen=256)
     # layer-skip draft: the first 14 of gemma's 18 layers. 6 or 10 layers are never accepted
     # (0% on every side); 14 is (~80%), though on a model this small it costs nearly a full pass
@@ -168,10 +173,12 @@ def full() -> Matrix:
 
 
 def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True, interleave: int = 0,
-         exact: bool = False) -> Matrix:
-    """The tiny bigram model, plain and MTP (and MTP in exact mode): for tests of the runner,
-    report and gate."""
+         exact: bool = False, oracle: bool = False) -> Matrix:
+    """The tiny bigram model, plain and MTP (and MTP in exact mode, timed oracle rows): for
+    tests of the runner, report and gate."""
     methods = [PLAIN, _s("mtp", "mtp", 2)] + ([_s("mtp", "mtp", 2, exact=True)] if exact else [])
+    if oracle:
+        methods += [m for m in ORACLE_TIMED if m.n_max <= 4]
     if interleave:
         methods.append(_s("mtp", "mtp", 2, adaptive=True))
     if peers:
@@ -207,4 +214,4 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 
 __all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select", "override",
-           "SPECDEC", "LLAMA_CPP", "LCP"]
+           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED"]

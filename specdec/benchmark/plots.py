@@ -3,7 +3,9 @@
 - ``tok_s_by_category.png``: tokens/s per method and prompt category, per case;
 - ``speedup.png``: each method over its own side's plain decoding;
 - ``acceptance_by_position.png``: P(draft i accepted | proposed), per specdec method;
-- ``mtp_speedup_vs_acceptance.png``: MTP speedup against acceptance, specdec and llama.cpp.
+- ``mtp_speedup_vs_acceptance.png``: MTP speedup against acceptance, specdec and llama.cpp;
+- ``oracle.png`` (cases with timed oracle rows): the oracle's speedup per prompt and ``n_max``
+  (the ceiling), and each drafter's share of the best oracle row per prompt.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from .matrix import LLAMA_CPP, SPECDEC
-from .report import GROUNDED, _Case
+from .report import GROUNDED, _Case, oracle_summary
 from .runner import BOS_PROMPT, Row, is_interleaved, rows_of
 
 COLORS = {SPECDEC: "tab:blue", LLAMA_CPP: "tab:orange", "llama-cpp-python": "tab:green"}
@@ -159,6 +161,41 @@ def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
     return path
 
 
+def oracle(rows: List[Row], path: Path) -> Path:
+    """Per case with oracle rows: left, the oracle's speedup against ``n_max`` per prompt;
+    right, each method's share of the best oracle row per prompt."""
+    plt = _plt()
+    summary = {case: per for case, per in oracle_summary(rows).items() if per}
+    fig, axes = plt.subplots(max(len(summary), 1), 2, squeeze=False,
+                             figsize=(12, 3.8 * max(len(summary), 1)))
+    for (ax1, ax2), (case, per) in zip(axes, summary.items()):
+        for p, v in per.items():
+            ks = sorted(v["speedup"])
+            ax1.plot(ks, [v["speedup"][k] for k in ks], marker="o", label=p)
+        ax1.axhline(1.0, color="black", lw=0.8)
+        ax1.set_xscale("log", base=2)
+        ax1.set_xlabel("oracle n_max")
+        ax1.set_ylabel("speedup over plain")
+        ax1.set_title(f"{case}: the ceiling (every draft right)", fontsize=9)
+        ax1.legend(fontsize=7)
+        prompts = list(per)
+        methods = list(dict.fromkeys(m for v in per.values() for m in v["share"]))
+        h = 0.8 / max(len(prompts), 1)
+        for j, p in enumerate(prompts):
+            ax2.barh([i + j * h for i in range(len(methods))],
+                     [per[p]["share"].get(m, 0.0) for m in methods], height=h, label=p)
+        ax2.set_yticks([i + h * (len(prompts) - 1) / 2 for i in range(len(methods))], methods,
+                       fontsize=7)
+        ax2.invert_yaxis()
+        ax2.axvline(1.0, color="black", lw=0.8)
+        ax2.set_xlabel("tok/s as a share of the best oracle row")
+        ax2.set_title(f"{case}: drafters against the ceiling", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:
     """Write every plot into ``out_dir``; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -167,4 +204,5 @@ def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:
     return [tok_s_by_category(rows, out_dir / "tok_s_by_category.png"),
             speedup(rows, out_dir / "speedup.png"),
             acceptance_by_position(rows, out_dir / "acceptance_by_position.png"),
-            mtp_speedup_vs_acceptance(rows, out_dir / "mtp_speedup_vs_acceptance.png")]
+            mtp_speedup_vs_acceptance(rows, out_dir / "mtp_speedup_vs_acceptance.png")] + (
+                [oracle(rows, out_dir / "oracle.png")] if any(oracle_summary(rows).values()) else [])

@@ -10,7 +10,10 @@ Ratio kinds:
 - ``vs-llama.cpp``: specdec against llama.cpp for the same method, and plain
   specdec against ``llama-bench`` (tracked by the gate);
 - ``vs-llama-cpp-python``: shown, not tracked;
-- ``exact-cost``: a method in exact mode over the same method in fast mode: shown, not tracked.
+- ``exact-cost``: a method in exact mode over the same method in fast mode: shown, not tracked;
+- ``oracle``: the oracle drafter (always right: the hardware's ceiling) over plain decoding, per
+  ``n_max``; ``oracle-share``: a drafter's tok/s over the best oracle row's on the same prompt
+  (its speedup as a share of the ceiling's): shown, not tracked.
 """
 from __future__ import annotations
 
@@ -112,11 +115,29 @@ class _Case:
         cands = [m for m in self.methods if self.meta[m].side == side
                  and (family is None or self.meta[m].family == family)
                  and (adaptive is None or self.meta[m].adaptive == adaptive)
+                 and (family is not None or self.meta[m].family != "oracle")
                  and not self.meta[m].exact
                  and not (exclude_plain and self.meta[m].family == "plain")]
         scored = [(self.score(m), m) for m in cands]
         scored = [x for x in scored if x[0] > 0]
         return max(scored)[1] if scored else None
+
+    def oracle_best(self, prompt: str) -> Optional[Row]:
+        """The fastest oracle row on ``prompt`` (the ceiling there), or None."""
+        rs = [self.by[(m, prompt)] for m in self.methods if self.meta[m].family == "oracle"
+              and (m, prompt) in self.by and _ok(self.by[(m, prompt)])]
+        return max(rs, key=lambda r: r.tok_s) if rs else None
+
+    def oracle_share(self, method: str) -> float:
+        """Geometric mean over the scored prompts of ``method``'s tok/s over the best oracle
+        row's: its speedup as a share of the ceiling's (0 if a prompt lacks either)."""
+        vals = []
+        for p in self.scored:
+            r, o = self.by.get((method, p)), self.oracle_best(p)
+            if r is None or o is None or not _ok(r):
+                return 0.0
+            vals.append(r.tok_s / o.tok_s)
+        return _gmean(vals)
 
     def score(self, method: str) -> float:
         """Geometric mean tok/s over the scored prompts; 0 unless it ran on all of them."""
@@ -145,12 +166,18 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
         for fam in families:
             if fam == "plain":
                 continue
+            if fam == "oracle":
+                for m in c.methods:
+                    if c.meta[m].family == "oracle":
+                        put(case, f"{m} / specdec plain", c.speedup(m), "oracle")
+                continue
             for adaptive in (False, True):
                 m = c.best(SPECDEC, fam, adaptive)
                 if m is None:
                     continue
                 how = "adaptive" if adaptive else "best fixed"
                 put(case, f"specdec {fam} {how} / specdec plain", c.speedup(m), "speedup")
+                put(case, f"specdec {fam} {how} / oracle best", c.oracle_share(m), "oracle-share")
                 theirs = c.best(LLAMA_CPP, fam)
                 if theirs is not None:
                     target = None
@@ -188,6 +215,54 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
     return out
 
 
+def oracle_summary(rows: List[Row]) -> Dict[str, Dict[str, Any]]:
+    """Per case and prompt: the oracle's speedup over plain per ``n_max`` (the ceiling per
+    draft length), its best ``n_max``, and every other method's tok/s as a share of the best
+    oracle row's. Cases without oracle rows are left out."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for case in dict.fromkeys(r.case for r in rows):
+        c = _Case(case, [r for r in rows if r.case == case])
+        if not any(c.meta[m].family == "oracle" for m in c.methods):
+            continue
+        per: Dict[str, Any] = {}
+        for p in c.prompts:
+            best = c.oracle_best(p)
+            plain = c.by.get(("specdec plain", p))
+            if best is None or plain is None or not _ok(plain):
+                continue
+            speedup = {c.meta[m].n_max: round(c.by[(m, p)].tok_s / plain.tok_s, 4)
+                       for m in c.methods if c.meta[m].family == "oracle"
+                       and (m, p) in c.by and _ok(c.by[(m, p)])}
+            share = {m: round(c.by[(m, p)].tok_s / best.tok_s, 4) for m in c.methods
+                     if c.meta[m].family not in ("oracle", "plain") and (m, p) in c.by
+                     and _ok(c.by[(m, p)])}
+            per[p] = {"speedup": speedup, "best_n_max": best.n_max, "share": share}
+        out[case] = per
+    return out
+
+
+def oracle_table(name: str, rows: List[Row]) -> str:
+    """The ceiling per prompt and draft length, and each drafter's share of it ("" if no
+    oracle rows)."""
+    per = oracle_summary(rows).get(name)
+    if not per:
+        return ""
+    prompts = list(per)
+    ks = sorted({k for v in per.values() for k in v["speedup"]})
+    out = ["The oracle drafter proposes the exact-mode plain output itself (every draft right): "
+           "its speedup over plain decoding is the ceiling of this machine at each draft length. "
+           "Below, each method's tok/s as a share of the best oracle row on the same prompt.", "",
+           "| | " + " | ".join(prompts) + " |", "|---|" + "---|" * len(prompts)]
+    for k in ks:
+        out.append(f"| oracle n{k} speedup | " + " | ".join(
+            f"{per[p]['speedup'][k]:.2f}x" if k in per[p]["speedup"] else "" for p in prompts) + " |")
+    methods = list(dict.fromkeys(m for p in prompts for m in per[p]["share"]))
+    for m in methods:
+        out.append(f"| {m} | " + " | ".join(
+            f"{per[p]['share'][m]:.0%}" if m in per[p]["share"] else "" for p in prompts) + " |")
+    return "\n".join(out)
+
+
 def failures(rows: List[Row]) -> List[Row]:
     """Rows whose exact-mode output differs from plain greedy output."""
     return [r for r in rows if r.check == "FAIL" or r.check.startswith("error")]
@@ -199,6 +274,7 @@ def finalize(results: Dict[str, Any]) -> Dict[str, Any]:
     """Add the ratios and failures to a results dict (idempotent)."""
     rows = rows_of(results)
     results["ratios"] = {k: r.to_dict() for k, r in compute_ratios(rows).items()}
+    results["oracle"] = oracle_summary(rows)
     results["failures"] = [f"{r.case} / {r.prompt} / {r.method}: {r.check}" for r in failures(rows)]
     results["failures"] += [f"{c['case']} / {c['prompt']} / oracle n{c['n_max']} (exact): {c['check']}"
                             for c in results.get("oracle_checks", []) if c["check"] != "PASS"]
@@ -337,6 +413,9 @@ def markdown(results: Dict[str, Any]) -> str:
         il = interleaved_table(case, cr)
         if il:
             lines += [il, ""]
+        ot = oracle_table(case, cr)
+        if ot:
+            lines += [ot, ""]
     lines += ["## All ratios", "", "| ratio | value | kind | gate |", "|---|---|---|---|"]
     lines += [f"| {r.name} | {r.value:.3f} | {r.kind} | {'tracked' if r.tracked else ''} |"
               for r in ratios.values()]
@@ -373,4 +452,4 @@ def ratios_from(results: Dict[str, Any]) -> Dict[str, float]:
 
 
 __all__ = ["Ratio", "compute_ratios", "finalize", "save_json", "load_json", "baseline_of",
-           "markdown", "failures", "ratios_from"]
+           "markdown", "failures", "ratios_from", "oracle_summary", "oracle_table"]

@@ -3,11 +3,13 @@
 For each case (a model) and prompt, every method runs once per round, in turn, for
 ``reps`` rounds (A B C A B C): drift on these machines hits every method alike,
 and each row keeps the median. Plain decoding against ``llama-bench`` runs the same
-way from an empty context. Afterwards every specdec method is checked in exact mode
-(``exact=True``: batch-invariant kernels) against exact plain greedy output: a
-mismatch is a FAIL. The fast-mode share of tokens equal to plain greedy output is
-reported for every method, peers included (they are not bit-exact: batched and
-single-row kernels round differently).
+way from an empty context. Timed oracle rows (``ORACLE_TIMED``) draft each prompt's
+exact-mode plain greedy continuation, recorded before the timing: the speedup of a drafter
+that is always right, the ceiling the report measures every drafter against. Afterwards
+every specdec method is checked in exact mode (``exact=True``: batch-invariant kernels)
+against exact plain greedy output: a mismatch is a FAIL. The fast-mode share of tokens
+equal to plain greedy output is reported for every method, peers included (they are not
+bit-exact: batched and single-row kernels round differently).
 
 ``SPECDEC_BENCH_INJECT_SLEEP_MS`` makes the specdec side sleep that long per round.
 It exists to show that the regression gate fails on a slower build; only this
@@ -225,9 +227,11 @@ class Runner:
         return max(512, -(-n_ctx // 256) * 256)
 
     def _decoder(self, model: Model, method: Method, n_gen: int, prompts: Sequence[Prompt],
-                 exact: bool = False) -> api.Decoder:
+                 exact: bool = False, book: Optional[Dict[Any, List[int]]] = None) -> api.Decoder:
         n_ctx = self._n_ctx(model, n_gen, prompts)
-        drafter = None if method.family == "plain" else method.drafter
+        drafter: Any = None if method.family == "plain" else method.drafter
+        if method.family == "oracle":
+            drafter = Oracle(book or {})
         return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
                            exact=exact, n_ctx=n_ctx, n_threads=self.threads)
 
@@ -237,9 +241,11 @@ class Runner:
         mtp = any(m.family == "mtp" for m in case.methods)
         model = Model(target, load_mtp=mtp)
         # exact mode runs on weights that are not repacked
+        oracle = any(m.family == "oracle" for m in case.methods)
         exact_model = (Model(target, load_mtp=mtp, use_extra_bufts=False)
-                       if any(m.exact for m in case.methods) else None)
+                       if oracle or any(m.exact for m in case.methods) else None)
         self._case_n_ctx = self._n_ctx(model, case.n_gen, case.prompts)
+        book = self._record(case, exact_model) if oracle else None
         rows: List[Row] = []
         decs: Dict[Method, api.Decoder] = {}
         errors: Dict[Method, str] = {}
@@ -250,7 +256,7 @@ class Runner:
             elif m.side == SPECDEC:
                 try:
                     decs[m] = self._decoder(exact_model if m.exact else model, m, case.n_gen,
-                                            case.prompts, exact=m.exact)
+                                            case.prompts, exact=m.exact, book=book)
                 except Exception as e:  # noqa: BLE001
                     errors[m] = f"{type(e).__name__}: {e}"
             elif m.side == LCP:
@@ -271,6 +277,13 @@ class Runner:
             rows += self._run_prompt(case, p, model, decs, errors, target, draft)
         self._exact_check(case, target, mtp, rows)
         return rows
+
+    def _record(self, case: Case, model: Model) -> Dict[Any, List[int]]:
+        """The oracle's book: each prompt's exact-mode plain greedy continuation (untimed)."""
+        dec = self._decoder(model, Method(SPECDEC, "plain"), case.n_gen, case.prompts, exact=True)
+        self.log(f"{case.name}: recording the oracle's continuations")
+        return {tuple(dec.tokenize(p.text)): dec.generate(p.text, max_tokens=case.n_gen).tokens
+                for p in case.prompts}
 
     def _plain_vs_llama_bench(self, case: Case, model: Model, dec: api.Decoder, target: str,
                               errors: Dict[Method, str]) -> List[Row]:
@@ -413,7 +426,9 @@ class Runner:
             return
         methods = {}
         for r in rows:
-            if r.side == SPECDEC and r.prompt != BOS_PROMPT and not is_interleaved(r.prompt):
+            # (the timed oracle is the exact check's own reference, checked in _oracle_check)
+            if (r.side == SPECDEC and r.prompt != BOS_PROMPT and not is_interleaved(r.prompt)
+                    and r.family != "oracle"):
                 methods[r.method] = Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive)
         plain_dec = self._decoder(model, Method(SPECDEC, "plain"), n, case.prompts, exact=True)
         ref = {p.name: plain_dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}

@@ -391,20 +391,28 @@ def write_tiny_dense(
 ) -> Path:
     """Random 2-layer llama (n_embd 64, 4 heads, 2 KV heads, n_ff 128), e.g. a draft model."""
     d = LlamaDims(n_vocab=n_vocab)
+    return write_random(path, "llama", llama_layout(d), lambda w: add_llama_kv(w, d),
+                        n_vocab=n_vocab, seed=seed, dtype=dtype, name="tiny-dense")
+
+
+def write_random(
+    path: str | os.PathLike[str],
+    arch: str,
+    layout: dict[str, Shape],
+    add_arch_kv: Callable[[gguf.GGUFWriter], None],
+    *,
+    n_vocab: int,
+    seed: int,
+    dtype: str,
+    name: str,
+) -> Path:
+    """``layout`` with RandomFill weights, the arch's keys and the test tokenizer."""
 
     def add_kv(w: gguf.GGUFWriter) -> None:
-        add_llama_kv(w, d)
-        add_test_tokenizer(w, d.n_vocab)
+        add_arch_kv(w)
+        add_test_tokenizer(w, n_vocab)
 
-    return write_gguf(
-        path,
-        "llama",
-        llama_layout(d),
-        RandomFill(seed),
-        add_kv,
-        dtype=dtype,
-        name="tiny-dense",
-    )
+    return write_gguf(path, arch, layout, RandomFill(seed), add_kv, dtype=dtype, name=name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,17 +478,5 @@ def write_tiny_mamba2(
     """Random 2-layer Mamba-2 (n_embd 64, d_inner 128, 4 heads, d_state 16): a purely
     recurrent target with no partial rollback, so speculation needs state checkpoints."""
     d = Mamba2Dims(n_vocab=n_vocab)
-
-    def add_kv(w: gguf.GGUFWriter) -> None:
-        add_mamba2_kv(w, d)
-        add_test_tokenizer(w, d.n_vocab)
-
-    return write_gguf(
-        path,
-        "mamba2",
-        mamba2_layout(d),
-        RandomFill(seed),
-        add_kv,
-        dtype=dtype,
-        name="tiny-mamba2",
-    )
+    return write_random(path, "mamba2", mamba2_layout(d), lambda w: add_mamba2_kv(w, d),
+                        n_vocab=n_vocab, seed=seed, dtype=dtype, name="tiny-mamba2")
