@@ -46,6 +46,12 @@ def tiny_mamba2_path(model_cache) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_qwen3next_path(model_cache) -> str:
+    from specdec.testing import write_tiny_qwen3next
+    return _cached(model_cache, "tiny-qwen3next.gguf", lambda p: write_tiny_qwen3next(p, seed=2))
+
+
+@pytest.fixture(scope="session")
 def tiny_qwen35_path(model_cache) -> str:
     from specdec.testing import write_tiny_qwen35
     return _cached(model_cache, "tiny-qwen35-mtp.gguf", write_tiny_qwen35)

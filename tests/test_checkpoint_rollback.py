@@ -1,6 +1,6 @@
-"""Checkpoint rollback: recurrent targets without n_rs_seq snapshots (mamba2 here) save
-their state before a verify, restore it on a partial accept and decode the kept tokens
-again. Greedy output in exact mode must equal plain output token for token, and a
+"""Checkpoint rollback: recurrent and hybrid targets without n_rs_seq snapshots (mamba2;
+qwen3next, whose attention KV is trimmed while its recurrent part is restored) save their
+state before a verify, restore it on a partial accept and decode the kept tokens again. Greedy output in exact mode must equal plain output token for token, and a
 restored-then-continued state must equal a replay bit for bit."""
 import numpy as np
 import pytest
@@ -14,6 +14,16 @@ from specdec.drafters import Drafter
 @pytest.fixture(scope="module")
 def mamba2(tiny_mamba2_path):
     return specdec.Model(tiny_mamba2_path, use_extra_bufts=False)
+
+
+@pytest.fixture(scope="module")
+def qwen3next(tiny_qwen3next_path):
+    return specdec.Model(tiny_qwen3next_path, use_extra_bufts=False)
+
+
+@pytest.fixture(scope="module", params=["mamba2", "qwen3next"])
+def target(request):
+    return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +45,20 @@ def _prompts(plain):
     return out
 
 
-def test_mamba2_rolls_back_by_checkpoint(mamba2):
-    assert mamba2.is_recurrent and not mamba2.supports_partial_rollback
+def test_targets_roll_back_by_checkpoint(target):
+    assert (target.is_recurrent or target.is_hybrid) and not target.supports_partial_rollback
     with pytest.raises(ValueError, match="checkpoints"):
-        Context(mamba2, n_ctx=256, n_rs_seq=4)
-    ctx = Context(mamba2, n_ctx=256)
+        Context(target, n_ctx=256, n_rs_seq=4)
+    ctx = Context(target, n_ctx=256)
     d = Wrong()
     d.bind(ctx, 1)
     assert Controller(ctx, [d], n_max=16).n_sequences == 0   # drafts of any depth
 
 
 @pytest.mark.parametrize("n_max", [3, 8])
-def test_exact_ngram_equals_plain(mamba2, n_max):
-    plain = Decoder(mamba2, exact=True, n_ctx=512)
-    spec = Decoder(mamba2, drafter="ngram", n_max=n_max, adaptive=True, exact=True, n_ctx=512)
+def test_exact_ngram_equals_plain(target, n_max):
+    plain = Decoder(target, exact=True, n_ctx=512)
+    spec = Decoder(target, drafter="ngram", n_max=n_max, adaptive=True, exact=True, n_ctx=512)
     redecodes = accepted = 0
     for p in _prompts(plain):
         want = plain.generate(p, max_tokens=64).tokens
@@ -83,9 +93,9 @@ class Wrong(Drafter):
         return [(last_token + 1 + i) % 256 for i in range(n_max)]
 
 
-def test_never_right_drafter_changes_nothing(mamba2):
+def test_never_right_drafter_changes_nothing(target):
     """Fixed n_max, every draft rejected: every round restores and decodes again."""
-    ctx = Context(mamba2, n_ctx=512, n_batch=64, batch_invariant=True)
+    ctx = Context(target, n_ctx=512, n_batch=64, batch_invariant=True)
     plain = Controller(ctx, [], exact=True)
     prompt = [5, 17, 200, 31, 9]
     plain.start([prompt], 50)
@@ -110,31 +120,33 @@ def _decode(ctx, toks, pos0):
 
 
 @pytest.mark.parametrize("partial", [True, False])
-def test_restore_then_continue_equals_replay(mamba2, partial):
-    """Save, decode drafts, restore, decode the kept prefix and go on: the logits are those
-    of a context that only ever saw the kept tokens (batch-invariant, so bit for bit)."""
+def test_restore_then_continue_equals_replay(target, partial):
+    """Save, decode drafts, restore (the recurrent part; a hybrid's attention KV trimmed
+    with seq_rm), decode the kept prefix and go on: the logits are those of a context that
+    only ever saw the kept tokens (batch-invariant, so bit for bit)."""
     prompt = [3, 141, 59, 26, 53, 58, 97]
     kept, drafts, more = [9, 32], [38, 46, 26, 43], [38, 32, 79]
-    a = Context(mamba2, n_ctx=128, n_batch=64, batch_invariant=True)
+    a = Context(target, n_ctx=128, n_batch=64, batch_invariant=True)
     _decode(a, prompt, 0)
     ckpt = a.save_state(0, partial=partial)
     n = len(prompt)
     _decode(a, kept + drafts, n)
     a.load_state(ckpt, 0, partial=partial)
+    assert a.seq_rm(0, n, -1)
     assert a.seq_pos_max(0) == n - 1
     got = [_decode(a, kept, n), _decode(a, more, n + len(kept))]
 
-    b = Context(mamba2, n_ctx=128, n_batch=64, batch_invariant=True)
+    b = Context(target, n_ctx=128, n_batch=64, batch_invariant=True)
     _decode(b, prompt, 0)
     want = [_decode(b, kept, n), _decode(b, more, n + len(kept))]
     for g, w in zip(got, want):
         assert np.array_equal(g, w)
 
 
-def test_sequences_roll_back_independently(mamba2):
+def test_sequences_roll_back_independently(target):
     """Several sequences in one verify batch, each restored from its own checkpoint."""
     prompts = [[5, 17, 200, 31, 9], [7, 7, 1, 250], [100, 3, 44, 90, 12, 8]]
-    ctx = Context(mamba2, n_ctx=512, n_batch=64, n_seq_max=3)
+    ctx = Context(target, n_ctx=512, n_batch=64, n_seq_max=3)
     plain = Controller(ctx, [])
     plain.start(prompts, 30)
     plain.run()

@@ -331,6 +331,39 @@ def write_tiny_qwen35(
     )
 
 
+def qwen3next_layout(d: Qwen35Dims, *, n_nextn: int) -> dict[str, Shape]:
+    """llama_model_qwen3next::load_arch_tensors: qwen35moe's tensors, with the delta net's
+    beta and alpha projections fused into one ``ssm_ba`` ({n_embd, 2 * value heads})."""
+    t: dict[str, Shape] = {}
+    for name, ne in qwen35_layout(d, n_nextn=n_nextn).items():
+        if name.endswith("ssm_alpha.weight"):
+            continue
+        if name.endswith("ssm_beta.weight"):
+            t[name.replace("ssm_beta", "ssm_ba")] = (d.n_embd, 2 * d.ssm_v_heads)
+            continue
+        t[name] = ne
+    return t
+
+
+def write_tiny_qwen3next(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    n_vocab: int = 256,
+    dtype: str = "f32",
+) -> Path:
+    """Random qwen3next (Qwen3-Next: MoE, layers 0-2 gated delta net, layer 3 attention): a
+    hybrid target without partial rollback, rolled back by checkpoints of its recurrent part
+    while its attention KV is trimmed. No MTP block: at the pinned tree, decoding
+    qwen3next's MTP graph the way the qwen35 one is decoded aborts in llama_decode (its
+    output rows are gathered before the hidden state specdec reads)."""
+    d = dataclasses.replace(TINY_QWEN35, n_vocab=n_vocab, n_expert=4, n_expert_used=2,
+                            n_ff_exp=64, n_ff_shexp=64)
+    return write_random(path, "qwen3next", qwen3next_layout(d, n_nextn=0),
+                        lambda w: add_qwen35_kv(w, d, n_nextn=0),
+                        n_vocab=n_vocab, seed=seed, dtype=dtype, name="tiny-qwen3next")
+
+
 @dataclasses.dataclass(frozen=True)
 class LlamaDims:
     """Hyperparameters of a plain llama-architecture model."""
