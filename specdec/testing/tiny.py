@@ -72,13 +72,18 @@ class Qwen35Dims:
         return il < self.n_layer and (il + 1) % self.full_attention_interval != 0
 
 
+def embeddings_and_head(n_embd: int, n_vocab: int) -> dict[str, Shape]:
+    """The tensors every layout starts with: token embeddings, final norm, LM head."""
+    return {
+        "token_embd.weight": (n_embd, n_vocab),
+        "output_norm.weight": (n_embd,),
+        "output.weight": (n_embd, n_vocab),
+    }
+
+
 def qwen35_layout(d: Qwen35Dims, *, n_nextn: int, trunk: bool = True) -> dict[str, Shape]:
     """Tensor names and ggml shapes, in file order; ``trunk=False`` gives the MTP-only subset."""
-    t: dict[str, Shape] = {
-        "token_embd.weight": (d.n_embd, d.n_vocab),
-        "output_norm.weight": (d.n_embd,),
-        "output.weight": (d.n_embd, d.n_vocab),
-    }
+    t = embeddings_and_head(d.n_embd, d.n_vocab)
 
     def attention(p: str) -> None:
         t[p + "attn_q.weight"] = (d.n_embd, d.head_dim * d.n_head * 2)  # query and gate per head
@@ -383,11 +388,7 @@ class LlamaDims:
 
 def llama_layout(d: LlamaDims) -> dict[str, Shape]:
     """Tensor names and ggml shapes created by llama_model_llama::load_arch_tensors."""
-    t: dict[str, Shape] = {
-        "token_embd.weight": (d.n_embd, d.n_vocab),
-        "output_norm.weight": (d.n_embd,),
-        "output.weight": (d.n_embd, d.n_vocab),
-    }
+    t = embeddings_and_head(d.n_embd, d.n_vocab)
     for il in range(d.n_layer):
         p = f"blk.{il}."
         t[p + "attn_norm.weight"] = (d.n_embd,)
@@ -469,11 +470,7 @@ class Mamba2Dims:
 
 def mamba2_layout(d: Mamba2Dims) -> dict[str, Shape]:
     """Tensor names and ggml shapes created by llama_model_mamba2::load_arch_tensors."""
-    t: dict[str, Shape] = {
-        "token_embd.weight": (d.n_embd, d.n_vocab),
-        "output_norm.weight": (d.n_embd,),
-        "output.weight": (d.n_embd, d.n_vocab),
-    }
+    t = embeddings_and_head(d.n_embd, d.n_vocab)
     for il in range(d.n_layer):
         p = f"blk.{il}."
         t[p + "attn_norm.weight"] = (d.n_embd,)
