@@ -230,10 +230,10 @@ def oracle_summary(rows: List[Row]) -> Dict[str, Dict[str, Any]]:
             plain = c.by.get(("specdec plain", p))
             if best is None or plain is None or not _ok(plain):
                 continue
-            speedup = {c.meta[m].n_max: round(c.by[(m, p)].tok_s / plain.tok_s, 4)
+            speedup = {c.meta[m].n_max: c.by[(m, p)].tok_s / plain.tok_s
                        for m in c.methods if c.meta[m].family == "oracle"
                        and (m, p) in c.by and _ok(c.by[(m, p)])}
-            share = {m: round(c.by[(m, p)].tok_s / best.tok_s, 4) for m in c.methods
+            share = {m: c.by[(m, p)].tok_s / best.tok_s for m in c.methods
                      if c.meta[m].family not in ("oracle", "plain") and (m, p) in c.by
                      and _ok(c.by[(m, p)])}
             per[p] = {"speedup": speedup, "best_n_max": best.n_max, "share": share}
