@@ -422,7 +422,7 @@ cdef object _view(object owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
 # --------------------------------------------------------------------------------------
 
 cdef class Model:
-    """Model(path, *, n_gpu_layers=0, use_mmap=True, load_mtp=False, use_extra_bufts=True, vocab_only=False)
+    """Model(path, *, n_gpu_layers=0, split_mode="layer", main_gpu=0, tensor_split=None, rpc_servers=None, rpc_timeout=300.0, use_mmap=True, load_mtp=False, use_extra_bufts=True, vocab_only=False)
 --
 
     A GGUF model loaded through libllama: metadata and tokenizer.
