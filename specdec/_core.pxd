@@ -8,7 +8,7 @@ from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libcpp.vector cimport vector
 from ._llama cimport (
     llama_model, llama_vocab, llama_context, llama_memory_t, llama_batch,
-    llama_token, llama_pos, llama_seq_id, sd_lm_head, ggml_backend_dev_t,
+    llama_token, llama_pos, llama_seq_id, sd_lm_head, ggml_backend_dev_t, sd_stop_flag,
 )
 from libcpp.string cimport string
 
@@ -80,14 +80,19 @@ cdef class Context:
     cdef bint _needs_rs_guard
     cdef bint _rs_trim          # decode graphs write only the snapshots a batch can roll back
     cdef int _busy
-    cdef bint _interrupt
+    cdef sd_stop_flag _stop     # what llama.cpp's abort callback reads (interrupt(), Ctrl-C)
+    cdef int _n_outputs_max     # output rows a decode may ask for (llama.cpp asserts it)
+    cdef int _n_views           # live buffer views of this context's outputs
+    cdef llama_context * _closed_ctx   # closed while views were alive: freed with the last one
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
     cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept
+    cdef void _free_ptr(self, llama_context * ctx) noexcept
     cdef void _free(self) noexcept
+    cdef void _free_closed(self) noexcept
     cdef int _alive(self) except -1
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1

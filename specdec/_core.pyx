@@ -8,6 +8,7 @@ The core knows nothing of speculation; the controller and the drafters build
 on its typed methods (see ``_core.pxd``).
 """
 from cpython.buffer cimport PyBUF_WRITABLE
+from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libc.stdlib cimport malloc, free
 from libc.stdio cimport fprintf, stderr
@@ -23,6 +24,7 @@ import atexit
 import collections
 import logging
 import os
+import signal
 import threading
 import weakref
 
@@ -77,14 +79,53 @@ def _at_exit():
 atexit.register(_at_exit)
 
 
+#: KeyboardInterrupt / SystemExit raised in Python code that a C callback ran: the callback
+#: cannot raise it, so it stops the C call (``sd_sigint_note``) and the core raises it after
+_pending = []
+
+
 cdef void _log_callback(ggml_log_level level, const char * text, void * ud) noexcept nogil:
     if _exiting:
         return
     with gil:
         try:
             _emit(<int>level, <bytes>text)
-        except BaseException:
-            pass
+        except Exception:
+            pass    # a broken log handler must not fail the llama.cpp call that logged
+        except BaseException as e:
+            _pending.append(e)
+            sd_sigint_note()
+
+
+cdef int _raise_pending() except -1:
+    """Raise what a callback had to hold back, then any signal Python has not handled yet."""
+    if _pending:
+        e = _pending[0]
+        _pending.clear()
+        raise e
+    PyErr_CheckSignals()
+    return 0
+
+
+_MAIN_THREAD = threading.main_thread().ident
+
+
+cdef bint _watch_sigint():
+    """Whether a SIGINT should stop the C call about to start (``_interrupt.h``): on the main
+    thread, while Python's handler is the one that raises KeyboardInterrupt."""
+    return (threading.get_ident() == _MAIN_THREAD
+            and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+
+
+cdef void _stop_begin(sd_stop_flag * f):
+    f.watch = _watch_sigint()
+    f.since = sd_sigint_watch_begin() if f.watch else 0
+
+
+cdef void _stop_end(sd_stop_flag * f):
+    if f.watch:
+        sd_sigint_watch_end()
+        f.watch = False
 
 
 @cython.wraparound(True)
@@ -343,7 +384,24 @@ cdef _check_positive(str name, value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"{name} must be positive, got {value}")
+    if value > I32_MAX:
+        raise ValueError(f"{name}={value} is too large")
     return value
+
+
+cdef object _int_arg(str name, value, long long lo, long long hi):
+    """An int argument in [lo, hi]: TypeError for a non-int, ValueError out of range
+    (a C conversion would raise OverflowError, or wrap)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name}={value} out of range [{lo}, {hi}]")
+    return int(value)
+
+
+cdef enum:
+    I32_MAX = 2147483647
+    I32_MIN = -2147483648
 
 
 cdef _check_threads(n_threads, n_threads_batch):
@@ -374,8 +432,9 @@ def _check_gguf_file(path: str) -> None:
 # --------------------------------------------------------------------------------------
 
 cdef class _FloatRows:
-    """Read-only buffer over llama.cpp memory; keeps its owner alive."""
-    cdef object owner
+    """Read-only buffer over llama.cpp memory; keeps its owner alive, and its owner's llama.cpp
+    context too: ``Context.close`` frees it only when the last view is gone."""
+    cdef Context owner
     cdef float * ptr
     cdef Py_ssize_t shape[2]
     cdef Py_ssize_t strides[2]
@@ -395,12 +454,15 @@ cdef class _FloatRows:
         buf.strides = self.strides
         buf.suboffsets = NULL
         buf.internal = NULL
+        self.owner._n_views += 1
 
     def __releasebuffer__(self, Py_buffer * buf):
-        pass
+        self.owner._n_views -= 1
+        if self.owner._n_views == 0:
+            self.owner._free_closed()
 
 
-cdef object _view(object owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
+cdef object _view(Context owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
     cdef _FloatRows v = _FloatRows.__new__(_FloatRows)
     v.owner = owner
     v.ptr = ptr
@@ -442,6 +504,9 @@ cdef class Model:
                  bint load_mtp=False, bint use_extra_bufts=True, bint vocab_only=False):
         if self.model != NULL:
             raise RuntimeError("Model is already initialised")
+        n_gpu_layers = _int_arg("n_gpu_layers", n_gpu_layers, I32_MIN, I32_MAX)
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         path = os.fspath(path)
         if not isinstance(path, str):
             path = os.fsdecode(path)
@@ -469,19 +534,33 @@ cdef class Model:
         self._timeout = plc.rpc_timeout
         self._dead = None
         cdef bytes bpath = os.fsencode(path)
+        if b"\0" in bpath:
+            raise ValueError("path contains a NUL byte")
         cdef const char * cpath = bpath
         cdef string why
         cdef int rc = SD_REMOTE_OK
+        cdef sd_stop_flag stop
+        stop.requested = False
+        stop.watch = False
+        if not self.is_remote:
+            # a remote load runs on a helper thread that may outlive this frame: no callback
+            p.progress_callback = _load_progress
+            p.progress_callback_user_data = <void *> &stop
+            _stop_begin(&stop)
         _clear_recent()
-        with nogil:
-            if self.is_remote:
-                rc = sd_remote_load(cpath, p, &self.model, self._timeout, why)
-            else:
-                self.model = llama_model_load_from_file(cpath, p)
+        try:
+            with nogil:
+                if self.is_remote:
+                    rc = sd_remote_load(cpath, p, &self.model, self._timeout, why)
+                else:
+                    self.model = llama_model_load_from_file(cpath, p)
+        finally:
+            _stop_end(&stop)
         if rc != SD_REMOTE_OK:
             self.model = NULL
             raise RPCError(f"failed to load model {path} onto {', '.join(plc.rpc_servers)}: "
                            + why.decode("utf-8", "replace"))
+        _raise_pending()    # Ctrl-C: the load stopped at the next tensor (the model is freed)
         if self.model == NULL:
             why_s = _recent_errors()
             raise ValueError(f"failed to load model {path}" + (f": {why_s}" if why_s else ""))
@@ -591,7 +670,11 @@ cdef class Model:
     def meta(self, key: str):
         """A GGUF metadata value as a string, or None."""
         self._alive()
-        cdef bytes k = key.encode()
+        if not isinstance(key, str):
+            raise TypeError(f"key must be a str, got {type(key).__name__}")
+        cdef bytes k = key.encode("utf-8", "surrogatepass")
+        if b"\0" in k:
+            raise ValueError("key contains a NUL byte")
         cdef vector[char] buf = vector[char](256)
         cdef int32_t n = llama_model_meta_val_str(self.model, k, buf.data(), buf.size())
         if n < 0:
@@ -764,7 +847,7 @@ cdef class Model:
                                  remove_special, unparse_special)
         return buf.data()[:max(n, 0)].decode("utf-8", "replace")
 
-    def vocab_compatible(self, Model other) -> bool:
+    def vocab_compatible(self, Model other not None) -> bool:
         """Whether ``other`` can draft for this model: llama.cpp's rule (common/speculative.cpp).
 
         Same vocab type, BOS/EOS ids and add-flags, sizes within 128, and the same
@@ -910,7 +993,8 @@ cdef class Batch:
             self.b.seq_id[i][k] = seqs[k]
         self.b.n_seq_id[i] = len(seqs)
 
-    def set_output(self, int i, bint value):
+    def set_output(self, i, bint value):
+        i = _int_arg("i", i, I32_MIN, I32_MAX)
         if i < 0:
             i += self.b.n_tokens
         if not 0 <= i < self.b.n_tokens:
@@ -936,7 +1020,11 @@ cdef class Batch:
 # --------------------------------------------------------------------------------------
 
 cdef cbool _abort_cb(void * data) noexcept nogil:
-    return (<bint *> data)[0]
+    return sd_stop_now(<const sd_stop_flag *> data)
+
+
+cdef cbool _load_progress(float progress, void * data) noexcept nogil:
+    return not sd_stop_now(<const sd_stop_flag *> data)
 
 
 cdef class Context:
@@ -959,7 +1047,11 @@ cdef class Context:
     def __cinit__(self):
         self.ctx = NULL
         self._busy = 0
-        self._interrupt = False
+        self._stop.requested = False
+        self._stop.watch = False
+        self._stop.since = 0
+        self._n_views = 0
+        self._closed_ctx = NULL
         self._head = new sd_lm_head()
         self._lazy = False
 
@@ -981,12 +1073,12 @@ cdef class Context:
         n_threads_batch = n_threads if n_threads_batch is None else n_threads_batch
         _check_positive("n_threads_batch", n_threads_batch)
         _check_threads(n_threads, n_threads_batch)
-        if not isinstance(n_rs_seq, int) or n_rs_seq < 0:
-            raise ValueError(f"n_rs_seq must be a non-negative int, got {n_rs_seq!r}")
+        n_rs_seq = _int_arg("n_rs_seq", n_rs_seq, 0, I32_MAX)
         if n_seq_max > 256:
             raise ValueError(f"n_seq_max must be at most 256, got {n_seq_max}")
-        if not isinstance(n_outputs_max, int) or n_outputs_max < 0:
-            raise ValueError(f"n_outputs_max must be a non-negative int, got {n_outputs_max!r}")
+        n_outputs_max = _int_arg("n_outputs_max", n_outputs_max, 0, I32_MAX)
+        if n_ctx > 1 << 24 or n_batch > 1 << 20:
+            raise ValueError("n_ctx / n_batch unreasonably large")
         # llama.cpp reserves an output row per sequence within n_batch (capped at n_ctx) and
         # aborts when they do not fit
         if n_seq_max > min(n_batch, n_ctx) or 0 < n_outputs_max < n_seq_max:
@@ -1006,7 +1098,16 @@ cdef class Context:
                              f"not {model.arch!r}")
         if is_mtp or nextn is not None:
             self._check_mtp_model(model, is_mtp)
+        # llama.cpp caps the batch at the context size it was asked for (before padding it)
+        cdef int n_batch_eff = min(n_ctx, n_batch)
+        cdef int n_ubatch_eff = min(n_ubatch, n_batch_eff)
         if n_rs_seq > 0:
+            # split_equal keeps a sequence's last n_rs_seq + 1 tokens in one ubatch and
+            # asserts n_ubatch > n_rs_seq + 1 (llama-batch.cpp)
+            if n_ubatch_eff <= n_rs_seq + 1:
+                raise ValueError(f"n_rs_seq={n_rs_seq} needs n_ubatch >= {n_rs_seq + 2} (a rollback "
+                                 f"of n tokens keeps n + 1 in one ubatch); have n_ubatch="
+                                 f"{n_ubatch_eff} (n_batch={n_batch}, n_ctx={n_ctx})")
             if not (model.is_recurrent or model.is_hybrid):
                 raise ValueError(f"n_rs_seq applies to recurrent/hybrid models; {model.arch!r} "
                                  "rolls back its attention KV without it")
@@ -1019,8 +1120,6 @@ cdef class Context:
             raise ValueError("batch_invariant needs the model loaded with Model(..., "
                              "use_extra_bufts=False): repacked weights run kernels that depend on "
                              "the batch's row count")
-        if n_ctx > 1 << 24 or n_batch > 1 << 20:
-            raise ValueError("n_ctx / n_batch unreasonably large")
 
         cdef llama_context_params p = llama_context_default_params()
         p.n_ctx = n_ctx
@@ -1041,7 +1140,7 @@ cdef class Context:
         if flash_attn is not None:
             p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn else LLAMA_FLASH_ATTN_TYPE_DISABLED
         p.abort_callback = _abort_cb
-        p.abort_callback_data = <void *> &self._interrupt
+        p.abort_callback_data = <void *> &self._stop
         if lazy_logits:
             self._head.enabled = True
             self._head.n_threads = n_threads
@@ -1073,9 +1172,12 @@ cdef class Context:
                                  f"by row count")
             sd_set_batch_invariant(self.ctx, True)
         self.batch_invariant = batch_invariant
+        model._n_contexts += 1
         self.mem = llama_get_memory(self.ctx)
-        self.n_ctx = llama_n_ctx(self.ctx)
-        self.n_ctx_seq = llama_n_ctx_seq(self.ctx)
+        # llama.cpp allocates whole multiples of 256 positions; the context holds what was asked
+        self.n_ctx = min(llama_n_ctx(self.ctx), n_ctx)
+        self.n_ctx_seq = min(llama_n_ctx_seq(self.ctx),
+                             n_ctx if p.kv_unified else n_ctx // n_seq_max)
         self.n_batch = llama_n_batch(self.ctx)
         self.n_ubatch = llama_n_ubatch(self.ctx)
         self.n_seq_max = llama_n_seq_max(self.ctx)
@@ -1089,42 +1191,62 @@ cdef class Context:
         self._rs_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
         self._nextn = 0
+        # llama.cpp asserts a decode's outputs fit n_outputs_max (0: n_batch; encoders: n_batch)
+        self._n_outputs_max = (n_outputs_max if n_outputs_max > 0
+                               and not llama_model_has_encoder(model.model) else self.n_batch)
+        if self.n_rs_seq > 0 and self.n_ubatch <= self.n_rs_seq + 1:
+            raise ValueError(f"n_rs_seq={self.n_rs_seq} needs n_ubatch >= {self.n_rs_seq + 2}, "
+                             f"llama.cpp made n_ubatch={self.n_ubatch}")
         if n_rs_seq > 0 and self.n_rs_seq != n_rs_seq:
             raise ValueError(f"llama.cpp kept n_rs_seq={self.n_rs_seq}, not {n_rs_seq}")
         if is_mtp:
             self.set_nextn(nextn or "masked")
         elif nextn is not None:
             self.set_nextn(nextn)
-        model._n_contexts += 1
 
     def __dealloc__(self):
         if self.ctx != NULL:
             self._free()
+        if self._closed_ctx != NULL:
+            self._free_ptr(self._closed_ctx)
+            self._closed_ctx = NULL
         del self._head
         self._head = NULL
 
-    cdef void _free(self) noexcept:
+    cdef void _free_ptr(self, llama_context * ctx) noexcept:
         # a context of a model whose RPC server died is left allocated (see RPCError)
         cdef string why
         cdef Model m = self.model
         if m is None or not m._remote_dead():
             if m is not None and m.is_remote:
                 with nogil:
-                    sd_remote_free_context(self.ctx, m._timeout, why)
+                    sd_remote_free_context(ctx, m._timeout, why)
             else:
-                llama_free(self.ctx)
+                llama_free(ctx)
+
+    cdef void _free(self) noexcept:
+        self._free_ptr(self.ctx)
         self.ctx = NULL
-        if m is not None:
-            m._n_contexts -= 1
+        if self.model is not None:
+            self.model._n_contexts -= 1
 
     def close(self):
-        """Free llama.cpp's context now (views of its outputs become invalid)."""
+        """Free llama.cpp's context now. While a view of its outputs (``logits()`` ...) is
+        alive the memory is kept, and freed with the last view; the context is closed either way."""
         self._enter()
         try:
             if self.ctx != NULL:
-                self._free()
+                self._closed_ctx = self.ctx
+                self.ctx = NULL
+                self.model._n_contexts -= 1
+                self._free_closed()
         finally:
             self._leave()
+
+    cdef void _free_closed(self) noexcept:
+        if self._closed_ctx != NULL and self._n_views == 0:
+            self._free_ptr(self._closed_ctx)
+            self._closed_ctx = NULL
 
     def __enter__(self):
         return self
@@ -1211,9 +1333,10 @@ cdef class Context:
     def _rs_trim_possible(self):
         return self.n_rs_seq > 0 and self.model.arch in RS_TRIM_ARCHS
 
-    def set_nextn_layer_offset(self, int offset):
+    def set_nextn_layer_offset(self, offset):
         """Pick which appended NextN head an MTP context runs (multi-head archs only)."""
         self._alive()
+        offset = _int_arg("offset", offset, I32_MIN, I32_MAX)
         if not self.is_mtp:
             raise ValueError("the NextN layer offset applies to MTP contexts")
         if not 0 <= offset < self.model.n_layer_nextn:
@@ -1222,7 +1345,7 @@ cdef class Context:
             raise ValueError(f"{self.model.arch} runs a single MTP head")
         llama_set_nextn_layer_offset(self.ctx, offset)
 
-    def set_threads(self, int n_threads, n_threads_batch=None):
+    def set_threads(self, n_threads, n_threads_batch=None):
         self._alive()
         _check_positive("n_threads", n_threads)
         nb = n_threads if n_threads_batch is None else n_threads_batch
@@ -1254,8 +1377,9 @@ cdef class Context:
         return "fused-q8_0" if self._head.is_q8_0 and self._head.fused == 1 else "vec_dot"
 
     def interrupt(self):
-        """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``."""
-        self._interrupt = True
+        """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``.
+        A SIGINT (Ctrl-C) stops a decode on the main thread the same way, between graph nodes."""
+        self._stop.requested = True
 
     # --- decode -----------------------------------------------------------------------
 
@@ -1278,9 +1402,10 @@ cdef class Context:
                                  f"n_embd={batch.n_embd}")
         elif batch.n_embd != 0:
             raise ValueError("this context decodes token batches; the batch carries embedding rows")
-        cdef vector[llama_pos] first_pos = vector[llama_pos](self.n_seq_max, -1)
         cdef vector[int32_t] seq_ntok = vector[int32_t](self.n_seq_max, 0)
+        cdef int n_out = 0
         for i in range(n):
+            n_out += batch.b.logits[i] != 0
             if batch.b.token[i] < 0 or batch.b.token[i] >= n_vocab:
                 raise ValueError(f"token id {batch.b.token[i]} at batch index {i} out of range "
                                  f"[0, {n_vocab})")
@@ -1297,6 +1422,9 @@ cdef class Context:
                     raise ContextFullError(f"position {p} of sequence {s} is past the context "
                                            f"size n_ctx={self.n_ctx_seq}")
                 seq_ntok[s] += 1
+        if n_out > self._n_outputs_max:
+            raise ValueError(f"the batch asks for {n_out} output rows; this context holds at most "
+                             f"{self._n_outputs_max} (n_outputs_max)")
         # the lazy LM head stops the graph at the norm; it needs the outputs in batch order,
         # i.e. one ubatch (split_simple keeps the order within it) of a single sequence.
         # The snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
@@ -1317,7 +1445,8 @@ cdef class Context:
         self._enter()
         cdef int32_t rc = 0
         try:
-            self._interrupt = False
+            self._stop.requested = False
+            _stop_begin(&self._stop)
             with nogil:
                 if remote:
                     rrc = sd_remote_decode(self.ctx, batch.b, trim, n_trim, self.n_rs_seq, &rc,
@@ -1329,6 +1458,7 @@ cdef class Context:
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rs_seq)
         finally:
+            _stop_end(&self._stop)
             self._leave()
         if rrc != SD_REMOTE_OK:
             self._last_n_tokens = 0
@@ -1342,7 +1472,11 @@ cdef class Context:
             if rc == 1:
                 raise ContextFullError(f"no room in the KV cache for {n} tokens (n_ctx={self.n_ctx})")
             if rc == 2:
-                self._interrupt = False
+                # Ctrl-C: Python raises its KeyboardInterrupt here; interrupt(): ours
+                requested = self._stop.requested
+                self._stop.requested = False
+                if not requested:
+                    _raise_pending()
                 raise KeyboardInterrupt("decode interrupted")
             why_s = _recent_errors()
             raise DecodeError(f"llama_decode failed ({rc})" + (f": {why_s}" if why_s else ""))
@@ -1372,6 +1506,8 @@ cdef class Context:
                 self._head.why = b"the graph has no result_norm node"
         for s in range(self.n_seq_max):
             self._rs_budget[s] = min(self.n_rs_seq, seq_ntok[s] - 1) if seq_ntok[s] > 0 else 0
+        if _pending:
+            _raise_pending()
         return 0
 
     def decode(self, Batch batch not None):
@@ -1402,9 +1538,11 @@ cdef class Context:
         if r0 >= 0:
             sd_lm_head_compute(self._head, r0, r1)
 
-    def prepare_logits(self, int i0, int n):
+    def prepare_logits(self, i0, n):
         """Compute the logits of ``n`` rows from batch index ``i0`` at once: with
         ``lazy_logits`` one pass over the LM head serves them all; otherwise a no-op."""
+        i0 = _int_arg('i0', i0, I32_MIN, I32_MAX)
+        n = _int_arg('n', n, I32_MIN, I32_MAX)
         self._alive()
         self.prepare_logits_c(i0, n)
 
@@ -1426,16 +1564,18 @@ cdef class Context:
             raise IndexError(f"batch index {i} was not marked for output")
         return i
 
-    def logits(self, int i=-1):
+    def logits(self, i=-1):
         """The logits of batch entry ``i`` of the last decode: a read-only view, valid until the next decode."""
+        i = _int_arg('i', i, I32_MIN, I32_MAX)
         i = self._row_index(i, "logits")
         cdef float * p = self.logits_c(i)
         if p == NULL:
             raise IndexError(f"no logits for batch index {i}")
         return _view(self, p, -1, self.n_vocab)
 
-    def nextn_hidden(self, int i=-1):
+    def nextn_hidden(self, i=-1):
         """The nextn hidden state (MTP input) of batch entry ``i``: a read-only view."""
+        i = _int_arg('i', i, I32_MIN, I32_MAX)
         if self._nextn == 0:
             raise ValueError("nextn hidden states are off: set_nextn('masked' or 'dense') first")
         i = self._row_index(i, "logits" if self._nextn == 1 else "nextn")
@@ -1495,22 +1635,30 @@ cdef class Context:
                 self._rs_budget[s] = 0
         return 1 if ok else 0
 
-    def seq_rm(self, int seq, int p0=-1, int p1=-1) -> bool:
+    def seq_rm(self, seq, p0=-1, p1=-1) -> bool:
         """Remove positions [p0, p1) (negative = open) of ``seq`` (-1: every sequence)."""
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
+        p0 = _int_arg('p0', p0, I32_MIN, I32_MAX)
+        p1 = _int_arg('p1', p1, I32_MIN, I32_MAX)
         self._enter()
         try:
             return self.seq_rm_c(seq, p0, p1) == 1
         finally:
             self._leave()
 
-    def seq_cp(self, int src, int dst, int p0=-1, int p1=-1):
+    def seq_cp(self, src, dst, p0=-1, p1=-1):
+        src = _int_arg('src', src, I32_MIN, I32_MAX)
+        dst = _int_arg('dst', dst, I32_MIN, I32_MAX)
+        p0 = _int_arg('p0', p0, I32_MIN, I32_MAX)
+        p1 = _int_arg('p1', p1, I32_MIN, I32_MAX)
         self._alive()
         self._check_seq(src, False)
         self._check_seq(dst, False)
         if self._needs_rs_guard and (p0 >= 0 or p1 >= 0):
             raise ValueError("recurrent state can only be copied whole (p0 = p1 = -1)")
-        if self.n_seq_max > 1 and src != dst and (p0 > 0 or 0 < p1 < self.n_ctx - 1):
+        if self.n_seq_max > 1 and src != dst and (p0 > 0 or 0 < p1 < llama_n_ctx_seq(self.ctx) - 1):
             # with one KV stream per sequence llama.cpp aborts on a partial cross-stream copy
+            # (its test: the range must cover the stream's whole allocated size)
             raise ValueError("with several sequences only whole sequences can be copied "
                              "(p0 = p1 = -1)")
         self._enter()
@@ -1519,7 +1667,8 @@ cdef class Context:
         finally:
             self._leave()
 
-    def seq_keep(self, int seq):
+    def seq_keep(self, seq):
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         self._alive()
         self._check_seq(seq, False)
         self._enter()
@@ -1531,13 +1680,15 @@ cdef class Context:
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil:
         return llama_memory_seq_pos_max(self.mem, seq)
 
-    def seq_pos_min(self, int seq) -> int:
+    def seq_pos_min(self, seq) -> int:
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         self._alive()
         self._check_seq(seq, False)
         return llama_memory_seq_pos_min(self.mem, seq)
 
-    def seq_pos_max(self, int seq) -> int:
+    def seq_pos_max(self, seq) -> int:
         """The last position held for ``seq``, -1 when empty."""
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         self._alive()
         self._check_seq(seq, False)
         return llama_memory_seq_pos_max(self.mem, seq)
@@ -1601,9 +1752,10 @@ cdef class Context:
             self._rs_budget[s] = 0
         return 0
 
-    def save_state(self, int seq=0, *, bint partial=False) -> bytes:
+    def save_state(self, seq=0, *, bint partial=False) -> bytes:
         """A checkpoint of one sequence. ``partial`` keeps only the recurrent/SWA parts,
         for rolling back hybrid models whose attention KV is trimmed with ``seq_rm``."""
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         cdef vector[uint8_t] out
         self._enter()
         try:
@@ -1612,8 +1764,9 @@ cdef class Context:
             self._leave()
         return (<char *> out.data())[:out.size()] if out.size() else b""
 
-    def load_state(self, data, int seq=0, *, bint partial=False):
+    def load_state(self, data, seq=0, *, bint partial=False):
         """Restore a checkpoint made by ``save_state`` (with the same ``partial``)."""
+        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         cdef bytes b = bytes(data)
         if len(b) == 0:
             raise ValueError("empty state")

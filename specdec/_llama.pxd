@@ -121,6 +121,8 @@ cdef extern from "llama.h" nogil:
         cbool no_host
         cbool no_alloc
         cbool load_mtp
+        cbool (*progress_callback)(float progress, void * user_data) noexcept nogil
+        void * progress_callback_user_data
 
     struct llama_context_params:
         uint32_t n_ctx
@@ -309,3 +311,16 @@ cdef extern from "_remote.h" nogil:
                              string & why)
     cbool sd_rpc_start_server(const char * endpoint, const char * cache_dir, size_t n_threads,
                               size_t n_devices, ggml_backend_dev_t * devices)
+
+
+cdef extern from "_interrupt.h" nogil:
+    # SIGINT seen while the main thread is in llama.cpp (see _interrupt.h)
+    struct sd_stop_flag:
+        cbool requested
+        cbool watch
+        unsigned long since
+    unsigned long sd_sigint_watch_begin()
+    void sd_sigint_watch_end()
+    unsigned long sd_sigint_seen()
+    void sd_sigint_note()
+    cbool sd_stop_now(const sd_stop_flag * f)
