@@ -203,8 +203,8 @@ cdef class Controller:
         cdef int i
         cdef vector[int32_t] toks
         for i, mt in enumerate(max_tokens):
-            if not isinstance(mt, int) or isinstance(mt, bool) or mt <= 0:
-                raise ValueError(f"max_tokens must be a positive int, got {mt!r}")
+            if not isinstance(mt, int) or isinstance(mt, bool) or not 0 < mt < 2**31:
+                raise ValueError(f"max_tokens must be an int in [1, 2**31), got {mt!r}")
         checked = []
         for p in prompts:
             p = list(p)

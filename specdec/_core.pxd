@@ -104,3 +104,7 @@ cdef class Context:
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1
     cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1
+
+
+cdef class TargetView:
+    cdef Context _ctx

@@ -9,7 +9,7 @@ import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
 
 from ._controller import Controller
-from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model
+from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model, TargetView
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
@@ -54,6 +54,16 @@ def _stop_list(stop: Union[str, bytes, Iterable[Union[str, bytes]], None]) -> Li
             raise ValueError("stop strings must not be empty")
         out.append(s)
     return out
+
+
+def _check_room(n_ctx: Any, n_seq_max: Any, n_max: int) -> None:
+    """A context too small to verify a draft is refused by name (llama.cpp would cap n_batch
+    at n_ctx and the controller would then speak of n_batch)."""
+    if n_max and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                     for v in (n_ctx, n_seq_max)) and n_ctx // n_seq_max < n_max + 2:
+        raise ValueError(f"n_ctx={n_ctx} is too small for drafts of n_max={n_max}: each of the "
+                         f"{n_seq_max} sequence(s) needs a prompt token and a verify batch of "
+                         f"n_max + 1 tokens (n_ctx >= {(n_max + 2) * n_seq_max})")
 
 
 def _run(ctl: Controller) -> None:
@@ -197,6 +207,7 @@ class Decoder:
             # cannot be read, and a device's LM head is cheap anyway
             lazy_logits = ((nextn is None or self.model.arch in LAZY_NEXTN_ARCHS)
                            and self.model.placement.n_gpu_layers == 0)
+        _check_room(n_ctx, n_seq_max, n_max_eff)
         verify_rows = n_seq_max * (n_max_eff + 1)
         if self.exact and n_ubatch is not None and n_ubatch < max(verify_rows, 2):
             # a verify split into ubatches could leave a single row, which other kernels compute
@@ -207,8 +218,9 @@ class Decoder:
             n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
             n_rs_seq=max(n_max_eff, int(self.exact)) if recurrent and (n_max_eff or self.exact) else 0,
             nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=self.exact)
+        target = TargetView(self.ctx)   # drafters read the target; only the controller writes
         for d in self.drafters:
-            d.bind(self.ctx, n_seq_max)
+            d.bind(target, n_seq_max)
         self.check = bool(check)
         self._lock = threading.Lock()
         self._controller: Optional[Controller] = None
@@ -286,8 +298,8 @@ class Decoder:
         return ctl
 
     def _begin(self, prompts: List[Prompt], max_tokens: int, sampling, stop) -> Controller:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
-            raise ValueError(f"max_tokens must be a positive int, got {max_tokens!r}")
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens < 2**31:
+            raise ValueError(f"max_tokens must be an int in [1, 2**31), got {max_tokens!r}")
         s = Sampling.resolve(sampling)
         ctl = self._controller_for(s, _stop_list(stop))
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")

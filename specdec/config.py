@@ -29,14 +29,16 @@ class Sampling:
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
-            raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")
+        if (isinstance(self.top_k, bool) or not isinstance(self.top_k, int)
+                or not 0 <= self.top_k < 2**31):
+            raise ValueError(f"top_k must be an int in [0, 2**31), got {self.top_k!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if not 0.0 <= self.min_p <= 1.0:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not -2**63 <= self.seed < 2**64):
+            raise ValueError(f"seed must be None or an int in [-2**63, 2**64), got {self.seed!r}")
 
     @property
     def greedy(self) -> bool:

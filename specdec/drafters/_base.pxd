@@ -2,7 +2,7 @@
 """The drafter interface as the controller sees it (C-level hooks)."""
 from libc.stdint cimport int32_t
 from libcpp.vector cimport vector
-from .._core cimport Context
+from .._core cimport Context, TargetView
 
 
 cdef class Draft:
@@ -18,7 +18,8 @@ cdef class Draft:
 cdef class Drafter:
     cdef public str name
     cdef readonly int n_vocab
-    cdef readonly Context target
+    cdef Context _target                # the target itself, for C-level drafters
+    cdef readonly TargetView target     # what Python code of a drafter sees (read only)
     cdef vector[vector[int32_t]] hist   # per sequence: prompt + accepted tokens
     cdef bint _py_observe, _py_accept, _py_begin, _py_reset
     cdef double t_sync                  # seconds of the last propose_c spent catching up with

@@ -19,7 +19,7 @@ before the target sees its output.
 """
 from libc.stdint cimport int32_t
 from libcpp.vector cimport vector
-from .._core cimport Context
+from .._core cimport Context, TargetView
 
 import math
 import numbers
@@ -69,7 +69,9 @@ cdef class Drafter:
         self._py_observe = t.observe is not Drafter.observe
         self._py_accept = t.accept is not Drafter.accept
         self._py_reset = t.reset is not Drafter.reset
-        self.target = target
+        self._target = target
+        self.target = TargetView.__new__(TargetView)
+        self.target._ctx = target
         self.n_vocab = target.n_vocab
         self.hist.resize(n_seq)
         return 0
@@ -125,9 +127,19 @@ cdef class Drafter:
 
     # --- Python API ------------------------------------------------------------------
 
-    def bind(self, Context target not None, int n_seq=1):
-        """Attach to the target context before ``begin`` (the controller does this)."""
-        self.bind_c(target, n_seq)
+    def bind(self, target, int n_seq=1):
+        """Attach to the target before ``begin`` (the Decoder does this, with a read-only
+        :class:`TargetView`; a :class:`Context` is accepted too). ``self.target`` is
+        the view either way: a drafter reads the target, the controller changes it."""
+        cdef Context ctx
+        if isinstance(target, TargetView):
+            ctx = (<TargetView>target)._ctx
+        elif isinstance(target, Context):
+            ctx = target
+        else:
+            raise TypeError(f"bind() takes the target Context or its TargetView, got "
+                            f"{type(target).__name__}")
+        self.bind_c(ctx, n_seq)
 
     def begin(self, seq, prompt_tokens):
         """A new request starts on ``seq`` with these prompt tokens."""

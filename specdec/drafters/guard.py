@@ -9,7 +9,8 @@ the request with a :class:`DrafterFaultWarning`, and its rounds decode plainly (
 target's output is the same, only slower). A timeout always disables: the drafter is
 still running in its thread, and Python cannot kill a thread, so it is not called again
 until that call returns; a drafter hung forever stays off and its thread stays blocked
-(a daemon thread: it does not keep the process alive).
+(a daemon thread: it does not keep the process alive). The worker thread ends when its
+drafter is closed or garbage-collected (with its Decoder).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import concurrent.futures
 import queue
 import threading
 import warnings
+import weakref
 from typing import Any, List, Optional
 
 from ._base import Drafter, DrafterError, check_draft, run_accept, run_begin, run_observe
@@ -44,17 +46,21 @@ class _Worker:
         self.pending: Optional[concurrent.futures.Future] = None
 
     def _loop(self) -> None:
+        q = self._queue
         while True:
-            item = self._queue.get()
+            item = q.get()
             if item is None:
                 return
             fut, fn, args = item
-            if not fut.set_running_or_notify_cancel():
-                continue
-            try:
-                fut.set_result(fn(*args))
-            except BaseException as e:   # handed to the caller, whatever it is
-                fut.set_exception(e)
+            del item
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn(*args))
+                except BaseException as e:   # handed to the caller, whatever it is
+                    fut.set_exception(e)
+            # hold nothing of the call while waiting: a bound hook would keep its drafter
+            # (and the drafter's target context) alive, and the finalizer below from running
+            del fut, fn, args
 
     def call(self, timeout: float, fn, *args) -> Any:
         if self._thread is None:
@@ -96,6 +102,9 @@ class GuardedDrafter(Drafter):
         self.disabled = False
         self.faults: List[str] = []
         self._worker = _Worker(self.name) if self.timeout is not None else None
+        if self._worker is not None:
+            # the thread ends with the drafter (the worker holds no reference back to it)
+            weakref.finalize(self, self._worker.close)
         self._n_vocab = 0
 
     def __getattr__(self, attr: str) -> Any:

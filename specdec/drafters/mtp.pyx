@@ -326,7 +326,7 @@ cdef class MtpDrafter(Drafter):
                              "the batch index (row0) of these tokens in the last target decode")
         cdef int p0 = self.hist[seq].size()
         Drafter.observe_c(self, seq, toks, n, row0)
-        cdef Context t = self.target
+        cdef Context t = self._target
         cdef int i = 0
         cdef const float * h
         if self.n_sync[seq] > p0:
@@ -396,7 +396,7 @@ cdef class MtpDrafter(Drafter):
             self._flush()
             self.t_sync = _now() - t0
         cdef Context c = self.mtp_ctx
-        cdef Model tm = self.target.model
+        cdef Model tm = self._target.model
         cdef int i, idx, n_dec = 0
         cdef int n_ctx_seq = c.n_ctx_seq
         cdef int32_t tok = last, y
@@ -468,7 +468,7 @@ cdef class MtpDrafter(Drafter):
             if not self._confident(lg, y):
                 break
             out.tokens.push_back(y)
-            if self.target.model.is_eog_c(y):
+            if self._target.model.is_eog_c(y):
                 break
         return 0
 
