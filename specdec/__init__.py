@@ -12,6 +12,7 @@ from ._core import (
     DecodeError,
     Model,
     RPCError,
+    TargetView,
     backends,
     devices,
     mtp_available,
@@ -29,6 +30,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
     "Drafter", "DrafterError", "GGUFError", "GenerationResult", "Model", "ModelNotAvailable",
-    "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "backends", "default_model_path",
-    "devices", "generate", "mtp_available", "register", "stream", "system_info",
+    "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView", "backends",
+    "default_model_path", "devices", "generate", "mtp_available", "register", "stream",
+    "system_info",
 ]

@@ -1809,6 +1809,8 @@ cdef class TargetView:
     drafters reach the context itself at C level (``Drafter._target``)."""
 
     def __init__(self, Context ctx not None):
+        if self._ctx is not None:
+            raise RuntimeError("a TargetView stays on the context it was made for")
         self._ctx = ctx
 
     def __repr__(self):

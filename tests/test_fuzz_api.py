@@ -3,7 +3,7 @@ drafter outputs and core calls either work or raise a clear Python exception, an
 decoder stays usable and correct afterwards.
 
 CI runs ``SPECDEC_FUZZ_CASES`` (default 150) cases per target; the long run is
-``SPECDEC_FUZZ_CASES=2500 pytest tests/test_fuzz_api.py`` (4 targets: 10,000 cases).
+``SPECDEC_FUZZ_CASES=2000 pytest tests/test_fuzz_api.py`` (7 targets: 14,000 cases).
 """
 import os
 
@@ -19,8 +19,9 @@ from specdec.drafters import Drafter
 N_CASES = int(os.environ.get("SPECDEC_FUZZ_CASES", "150"))
 SETTINGS = settings(max_examples=N_CASES, deadline=None, derandomize=True, database=None,
                     suppress_health_check=list(HealthCheck))
-#: what a bad input may raise: a clear Python error, never anything else
-CLEAR = (ValueError, TypeError, OverflowError, DrafterError)
+#: what a bad input may raise: a clear Python error, never anything else (an integer out of
+#: range is a ValueError, never an OverflowError)
+CLEAR = (ValueError, TypeError, DrafterError)
 COUNT = {}
 
 REF_PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
@@ -281,3 +282,162 @@ def test_n_min_past_n_max_is_refused(setup):
         with pytest.raises(ValueError, match="n_min must be at most n_max"):
             Decoder(model, drafter="ngram", n_max=4, n_min=n_min)
     assert Decoder(model, drafter="ngram", n_max=4, n_min=4).generate(REF_PROMPT, max_tokens=4).tokens == ref[:4]
+
+
+# --- limits llama.cpp asserts, views, entry points, drafters poking at the target ------------
+
+#: sizes around the limits llama.cpp asserts or pads to; never a context of 2**24 positions
+sizes = st.one_of(st.integers(-2, 70), numbers.filter(lambda v: not isinstance(v, int) or v < 2**14
+                                                      or v >= 2**31),
+                  st.sampled_from([0, 1, 2, 8, 255, 256, 257, 300, 1000, 1001, 1002, 1003, 2**31,
+                                   2**32, 2**63]))
+
+
+@pytest.fixture(scope="module")
+def qwen35(tiny_qwen35_nomtp_path):
+    return specdec.Model(tiny_qwen35_nomtp_path)
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_context_limits(n, setup, qwen35):
+    """Contexts of odd sizes (n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max),
+    then decodes with any number of tokens and output rows, rollbacks, views kept across
+    close(): a clear error or a working context, and views that still read."""
+    dense, _ = setup
+    models = {"dense": dense, "qwen35": qwen35}
+
+    @SETTINGS
+    @given(which=st.sampled_from(sorted(models)),
+           opts=st.fixed_dictionaries({}, optional={
+               "n_ctx": sizes, "n_batch": sizes, "n_ubatch": sizes,
+               "n_seq_max": st.one_of(st.integers(1, 4), sizes), "n_rs_seq": sizes,
+               "n_outputs_max": sizes, "kv_unified": st.booleans()}),
+           steps=st.lists(st.tuples(st.sampled_from(["decode", "decode", "rollback", "view",
+                                                     "close"]),
+                                    st.integers(1, 80), st.integers(0, 80), st.integers(0, 3)),
+                          max_size=5))
+    def case(which, opts, steps):
+        _counted("limits")
+        try:
+            ctx = Context(models[which], n_threads=1, **opts)
+        except CLEAR as e:
+            assert str(e)
+            return
+        pos = [0] * ctx.n_seq_max
+        views = []
+        for op, k, n_out, seq in steps:
+            seq %= ctx.n_seq_max
+            try:
+                if op == "decode":
+                    b = Batch(k, n_seq_max=ctx.n_seq_max)
+                    for i in range(k):
+                        b.add(1 + (i * 7) % 50, pos[seq] + i, seq, i >= k - n_out)
+                    ctx.decode(b)
+                    pos[seq] += k
+                elif op == "rollback":
+                    keep = max(0, pos[seq] - n_out)
+                    if ctx.seq_rm(seq, keep, -1):
+                        pos[seq] = keep
+                elif op == "view":
+                    views.append((ctx.logits(-1), None))
+                else:
+                    ctx.close()
+            except (*CLEAR, IndexError, specdec.DecodeError, RuntimeError) as e:
+                assert str(e)
+                if isinstance(e, specdec.DecodeError):
+                    return
+            for v, _ in views:      # views read, whatever happened since (close included)
+                assert v.shape == (ctx.n_vocab,)
+                float(v.sum())
+
+    case()
+    _ran("limits", n)
+
+
+ANY = st.one_of(numbers, texts, st.binary(max_size=8), st.none(), st.lists(ids, max_size=4),
+                st.just(object()), st.sampled_from([2**31, -2**31 - 1, 2**63, 2**64, -1, 0, 1]))
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_entry_points(n, setup, qwen35):
+    """Every public method of Model, Batch and Context with arguments of any type and size."""
+    dense, ref = setup
+    state = {}
+
+    def fresh():
+        state["ctx"] = Context(dense, n_ctx=256, n_batch=32, n_seq_max=2)
+        b = Batch(4, n_seq_max=2)
+        for i, t in enumerate([1, 2, 3]):
+            b.add(t, i, 0, output=True)
+        state["ctx"].decode(b)
+
+    fresh()
+    targets = {"model": lambda: dense, "qwen35": lambda: qwen35, "ctx": lambda: state["ctx"],
+               "batch": lambda: Batch(8, n_seq_max=2)}
+    names = {k: sorted(a for a in dir(f()) if not a.startswith("_") and callable(getattr(f(), a)))
+             for k, f in targets.items()}
+
+    @SETTINGS
+    @given(which=st.sampled_from(sorted(targets)), data=st.data(),
+           args=st.lists(ANY, max_size=4),
+           kwargs=st.dictionaries(st.sampled_from(["i", "seq", "partial", "add_special", "special",
+                                                   "remove_special", "n", "p0", "p1", "data"]),
+                                  ANY, max_size=2))
+    def case(which, data, args, kwargs):
+        _counted("entry")
+        obj = targets[which]()
+        name = data.draw(st.sampled_from(names[which]))
+        try:
+            getattr(obj, name)(*args, **kwargs)
+        except (*CLEAR, IndexError, KeyError, RuntimeError, FileNotFoundError,
+                specdec.DecodeError) as e:
+            assert str(e) or isinstance(e, KeyError)
+        if which == "ctx" and name in ("close", "clear", "seq_rm", "seq_keep", "load_state",
+                                       "seq_cp", "decode", "set_nextn", "set_threads"):
+            fresh()
+
+    case()
+    _ran("entry", n)
+    assert Decoder(dense, n_ctx=128).generate(REF_PROMPT, max_tokens=12).tokens == ref
+
+
+class Poker(Drafter):
+    """Calls whatever the test hands it on its target, then drafts from its history."""
+
+    def __init__(self):
+        super().__init__("poker")
+        self.poke = None
+
+    def propose(self, seq, last_token, n_max):
+        if self.poke is not None:
+            name, args = self.poke
+            getattr(self.target, name)(*args)
+        return self.history(seq)[-n_max:]
+
+
+@pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
+def test_fuzz_drafter_target_access(n, setup):
+    """A drafter calling any attribute of its target, with any arguments: reads work, changes
+    raise, and greedy output stays the target's own."""
+    dense, ref = setup
+    poker = Poker()
+    dec = Decoder(dense, drafter=poker, n_max=4, n_ctx=128)
+    names = sorted(set(dir(Context)) | {"_ctx", "model", "tokenize", "nope"})
+
+    @SETTINGS
+    @given(name=st.sampled_from(names), args=st.lists(ANY, max_size=3))
+    def case(name, args):
+        _counted("poke")
+        poker.poke = (name, args)
+        try:
+            r = dec.generate(REF_PROMPT, max_tokens=12)
+        except DrafterError as e:
+            assert str(e)
+            assert not dec._lock.locked()
+            return
+        assert r.tokens == ref
+
+    case()
+    _ran("poke", n)
+    poker.poke = None
+    _still_correct(dec, ref)
