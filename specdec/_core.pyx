@@ -1042,6 +1042,10 @@ cdef class Context:
     ``batch_invariant=True`` makes every row of a batch of 2 rows or more come out
     bit-identical whatever else the batch holds (exact mode): CPU backends only,
     weights not repacked (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``.
+
+    The context holds ``n_ctx`` positions (``n_ctx_seq`` per sequence), as asked: llama.cpp
+    allocates whole multiples of 256, and the core refuses positions past the size asked for.
+    llama.cpp caps ``n_batch`` at ``n_ctx``.
     """
 
     def __cinit__(self):
