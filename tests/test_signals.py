@@ -106,7 +106,7 @@ def test_sigint_during_long_prefill(gemma_path, how):
     """A 3,900-token prompt (or one 2,048-token decode) stops within 0.5 s of SIGINT, between
     ubatches or graph nodes (llama.cpp's abort callback), not when the prefill ends; the
     decoder then generates what a fresh one does."""
-    out = _run(PREFILL, gemma_path, how)
+    out = _run(PREFILL, gemma_path, how, timeout=900)
     assert out[0] == "interrupted", out
     latency, full = float(out[1]), float(out[2])
     print(f"\nSIGINT 0.3 s into a prefill of ~{full:.1f} s: KeyboardInterrupt after {latency:.3f} s")
@@ -143,7 +143,7 @@ def test_guard_threads_end_with_their_decoders(tiny_dense_path):
                 break
             time.sleep(0.02)
         print(threading.active_count() - n0, rss() - r0)
-    """, tiny_dense_path)
+    """, tiny_dense_path, timeout=1200)
     threads, growth = int(out[0]), int(out[1])
     print(f"\n200 Decoders with drafter_timeout: {threads} threads left, "
           f"RSS {growth / 2**20:+.1f} MB")
