@@ -10,6 +10,7 @@ from ._core import (
     ContextBusyError,
     ContextFullError,
     DecodeError,
+    LlamaAbortError,
     Model,
     RPCError,
     TargetView,
@@ -23,14 +24,15 @@ from .api import Decoder, Stream, generate, stream
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, DrafterError, register
 from .models import ModelNotAvailable, default_model_path
+from .probe import check_model
 from .results import GenerationResult, Stats
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
-    "Drafter", "DrafterError", "GGUFError", "GenerationResult", "Model", "ModelNotAvailable",
-    "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView", "backends",
-    "default_model_path", "devices", "generate", "mtp_available", "register", "stream",
-    "system_info",
+    "Drafter", "DrafterError", "GGUFError", "GenerationResult", "LlamaAbortError", "Model",
+    "ModelNotAvailable", "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView",
+    "backends", "check_model", "default_model_path", "devices", "generate", "mtp_available",
+    "register", "stream", "system_info",
 ]

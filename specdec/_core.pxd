@@ -87,6 +87,7 @@ cdef class Context:
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
     cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
+    cdef object _aborted        # (call, llama.cpp's message) once an abort has freed it
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept
@@ -94,6 +95,7 @@ cdef class Context:
     cdef void _free(self) noexcept
     cdef void _free_closed(self) noexcept
     cdef int _alive(self) except -1
+    cdef int _check_abort(self, str what) except -1
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1
     cdef int decode_c(self, Batch batch) except -1

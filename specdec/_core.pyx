@@ -2,8 +2,11 @@
 # distutils: language = c++
 """The core: a thin, fast and safe face of libllama.
 
-Every check that keeps llama.cpp from aborting the process lives here, before
-the call: ``GGML_ASSERT`` ends in ``abort()``, which Python cannot catch.
+``GGML_ASSERT`` ends in ``abort()``, which Python cannot catch. Two defences:
+llama.cpp calls that can abort on this thread go through ``_abort.h``, which
+turns the abort into :class:`LlamaAbortError` and frees what was being built
+or used; and the checks here, before the call, keep the asserts that run in
+ggml's compute threads (where no exception can unwind) from being reached.
 The core knows nothing of speculation; the controller and the drafters build
 on its typed methods (see ``_core.pxd``).
 """
@@ -11,7 +14,6 @@ from cpython.buffer cimport PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
 from libc.stdint cimport int8_t, int32_t, uint8_t, uint32_t
 from libc.stdlib cimport malloc, free
-from libc.stdio cimport fprintf, stderr
 from libc.string cimport memcpy
 from libcpp.vector cimport vector
 from libcpp.string cimport string
@@ -143,16 +145,37 @@ def _clear_recent():
 
 llama_log_set(_log_callback, NULL)
 llama_backend_init()
+sd_abort_install()
 
 
-cdef void _ggml_abort_hook(const char * msg) noexcept nogil:
-    # an abort while a remote call is in flight parks its thread (see _remote.h); any other
-    # abort goes on to abort() as before, after printing ggml's message
-    sd_remote_park(msg)
-    fprintf(stderr, "%s\n", msg)
+class LlamaAbortError(RuntimeError):
+    """llama.cpp aborted (``GGML_ASSERT`` / ``GGML_ABORT``) inside a call made on this thread.
+
+    The abort was turned into this exception instead of ending the process; the
+    object that was being built or used (a context) is freed and refuses further
+    use. ``llama_message`` is llama.cpp's own message (file, line, condition).
+    """
+
+    def __init__(self, what: str, llama_message: str = ""):
+        super().__init__(f"{what}: llama.cpp aborted: {llama_message}" if llama_message else what)
+        self.llama_message = llama_message
 
 
-ggml_set_abort_callback(_ggml_abort_hook)
+cdef int _raise_abort(str what) except -1:
+    """Raise LlamaAbortError when the last guarded call aborted (the tokenizer: the vocabulary
+    is only read, so the Model stays usable)."""
+    aborted = _take_abort()
+    if aborted is not None:
+        raise LlamaAbortError(what, aborted)
+    return 0
+
+
+cdef object _take_abort():
+    """llama.cpp's message when the last guarded call on this thread aborted, else None."""
+    cdef string msg
+    if sd_abort_take(msg):
+        return msg.decode("utf-8", "replace")
+    return None
 
 
 class RPCError(RuntimeError):
@@ -333,6 +356,33 @@ cdef vector[ggml_backend_dev_t] _rpc_devices(str endpoint, double timeout) excep
     return out
 
 
+def ggml_type_traits() -> dict:
+    """ggml's tensor types in this build: id -> (name, block size, block bytes, computable).
+
+    ``computable``: ggml's CPU backend can multiply with it (a ``vec_dot`` kernel and a
+    conversion for the other operand) and convert it to float (``get_rows``). Types without
+    (Q8_K and Q8_1 are only the activations' side of a dot product; integer and f64 types
+    have no matmul) crash inside the compute threads when a weight has them. Removed type
+    ids (block size 0) are absent.
+    """
+    cdef const ggml_traits * t
+    cdef const ggml_type_traits_cpu * c
+    cdef const ggml_type_traits_cpu * other
+    out = {}
+    for i in range(<int>GGML_TYPE_COUNT):
+        t = ggml_get_type_traits(<ggml_type>i)
+        if t == NULL or t.blck_size <= 0 or t.type_size == 0:
+            continue
+        c = ggml_get_type_traits_cpu(<ggml_type>i)
+        ok = c != NULL and c.vec_dot != NULL and (t.to_float != NULL or i == <int>GGML_TYPE_F32)
+        if ok and <int>c.vec_dot_type != <int>GGML_TYPE_F32:
+            other = ggml_get_type_traits_cpu(c.vec_dot_type)
+            ok = other != NULL and other.from_float != NULL
+        name = t.type_name.decode() if t.type_name != NULL else str(i)
+        out[i] = (name, int(t.blck_size), int(t.type_size), bool(ok))
+    return out
+
+
 def mtp_available() -> bool:
     """Whether this build exposes llama.cpp's nextn (MTP) API.
 
@@ -483,6 +533,25 @@ cdef object _view(Context owner, float * ptr, Py_ssize_t rows, Py_ssize_t cols):
 # Model
 # --------------------------------------------------------------------------------------
 
+cdef object _missing_special(const llama_vocab * v):
+    """Why tokenizing with ``add_special`` would assert, or None: the vocabulary's type or
+    flags ask for a special token (BOS, EOS, SEP) that the file does not define."""
+    cdef int t = llama_vocab_type_of(v)
+    need = []
+    if t == 3:   # WPM (BERT): [CLS] ... [SEP] around every text
+        need = [("BOS", llama_vocab_bos(v)), ("SEP", llama_vocab_sep(v))]
+    elif t != 0:   # SPM, BPE, UGM ... (0: no vocabulary)
+        if llama_vocab_get_add_bos(v):
+            need.append(("BOS", llama_vocab_bos(v)))
+        if llama_vocab_get_add_eos(v):
+            need.append(("EOS", llama_vocab_eos(v)))
+    missing = [name for name, tok in need if tok == LLAMA_TOKEN_NULL]
+    if missing:
+        return (f"the tokenizer adds {' and '.join(missing)} to every text but the vocabulary "
+                "has no such token")
+    return None
+
+
 cdef class Model:
     """Model(path, *, n_gpu_layers=0, split_mode="layer", main_gpu=0, tensor_split=None, rpc_servers=None, rpc_timeout=300.0, use_mmap=True, load_mtp=False, use_extra_bufts=True, vocab_only=False)
 --
@@ -493,6 +562,10 @@ cdef class Model:
     llama.cpp would abort when such a context is created, so ``Context`` checks.
     ``use_extra_bufts=False`` drops the repacked weight layouts (slower, but the
     same kernels for batched and single-token matmuls).
+    ``check``: ``"fast"`` checks the file's header and metadata, and turns llama.cpp's
+    aborts during the load into exceptions; ``"isolated"`` also loads it and generates a
+    few tokens in a child process first (``specdec.probe.check_model``, cached by content
+    hash), for files from untrusted sources.
     """
 
     def __cinit__(self):
@@ -501,18 +574,24 @@ cdef class Model:
 
     def __init__(self, path, *, n_gpu_layers=0, split_mode="layer", main_gpu=0,
                  tensor_split=None, rpc_servers=None, rpc_timeout=300.0, bint use_mmap=True,
-                 bint load_mtp=False, bint use_extra_bufts=True, bint vocab_only=False):
+                 bint load_mtp=False, bint use_extra_bufts=True, bint vocab_only=False,
+                 str check="fast"):
         if self.model != NULL:
             raise RuntimeError("Model is already initialised")
         n_gpu_layers = _int_arg("n_gpu_layers", n_gpu_layers, I32_MIN, I32_MAX)
         if not isinstance(path, (str, bytes, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        if check not in ("fast", "isolated"):
+            raise ValueError(f"check must be 'fast' or 'isolated', got {check!r}")
         path = os.fspath(path)
         if not isinstance(path, str):
             path = os.fsdecode(path)
         plc = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers,
                              rpc_timeout)
         _check_gguf_file(path)
+        if check == "isolated":
+            from .probe import check_model
+            check_model(path)
         cdef llama_model_params p = llama_model_default_params()
         cdef vector[ggml_backend_dev_t] devs = self._devices(plc)
         cdef vector[float] split = vector[float](max(<size_t>1, llama_max_devices()), 0.0)
@@ -553,7 +632,7 @@ cdef class Model:
                 if self.is_remote:
                     rc = sd_remote_load(cpath, p, &self.model, self._timeout, why)
                 else:
-                    self.model = llama_model_load_from_file(cpath, p)
+                    self.model = sd_model_load(cpath, p)
         finally:
             _stop_end(&stop)
         if rc != SD_REMOTE_OK:
@@ -561,6 +640,10 @@ cdef class Model:
             raise RPCError(f"failed to load model {path} onto {', '.join(plc.rpc_servers)}: "
                            + why.decode("utf-8", "replace"))
         _raise_pending()    # Ctrl-C: the load stopped at the next tensor (the model is freed)
+        aborted = _take_abort()
+        if aborted is not None:
+            raise GGUFError(f"failed to load model {path}: llama.cpp aborted: {aborted}") from \
+                LlamaAbortError("loading the model", aborted)
         if self.model == NULL:
             why_s = _recent_errors()
             raise ValueError(f"failed to load model {path}" + (f": {why_s}" if why_s else ""))
@@ -578,10 +661,12 @@ cdef class Model:
         self.is_recurrent = llama_model_is_recurrent(self.model)
         self.is_hybrid = llama_model_is_hybrid(self.model)
         self.use_extra_bufts = use_extra_bufts
-        if self.n_vocab <= 0:
+        bad = None if self.n_vocab > 0 else "the model has no vocabulary"
+        bad = bad or _missing_special(self.vocab)
+        if bad is not None:
             llama_model_free(self.model)
             self.model = NULL
-            raise ValueError(f"model has no vocabulary: {path}")
+            raise GGUFError(f"failed to load model {path}: {bad}")
 
     def __dealloc__(self):
         cdef string why
@@ -791,7 +876,7 @@ cdef class Model:
         return llama_vocab_is_eog(self.vocab, tok)
 
     cdef int piece_c(self, llama_token tok, char * buf, int size) noexcept nogil:
-        return llama_token_to_piece(self.vocab, tok, buf, size, 0, False)
+        return sd_token_to_piece(self.vocab, tok, buf, size, 0, False)
 
     def tokenize(self, text, *, bint add_special=True, bint parse_special=False) -> list:
         """Text (str or UTF-8 bytes) to token ids; ``add_special`` adds BOS where the model wants it."""
@@ -805,13 +890,15 @@ cdef class Model:
         cdef int32_t blen = len(b)
         cdef int32_t n
         with nogil:
-            n = llama_tokenize(self.vocab, cb, blen, out.data(), n_max, add_special, parse_special)
+            n = sd_tokenize(self.vocab, cb, blen, out.data(), n_max, add_special, parse_special)
+        _raise_abort("tokenize")
         if n < 0:
             if n == -2147483648:
                 raise ValueError("tokenization overflow")
             out.resize(-n)
             with nogil:
-                n = llama_tokenize(self.vocab, cb, blen, out.data(), -n, add_special, parse_special)
+                n = sd_tokenize(self.vocab, cb, blen, out.data(), -n, add_special, parse_special)
+            _raise_abort("tokenize")
             if n < 0:
                 raise ValueError("tokenization failed")
         return [out[i] for i in range(n)]
@@ -821,10 +908,12 @@ cdef class Model:
         self._alive()
         self._check_token(tok)
         cdef char buf[256]
-        cdef int n = llama_token_to_piece(self.vocab, tok, buf, sizeof(buf), 0, special)
+        cdef int n = sd_token_to_piece(self.vocab, tok, buf, sizeof(buf), 0, special)
+        _raise_abort("token_to_piece")
         if n < 0:
             big = bytearray(-n)
-            n = llama_token_to_piece(self.vocab, tok, <char *>big, len(big), 0, special)
+            n = sd_token_to_piece(self.vocab, tok, <char *>big, len(big), 0, special)
+            _raise_abort("token_to_piece")
             return bytes(big[:max(n, 0)])
         return buf[:n]
 
@@ -839,12 +928,14 @@ cdef class Model:
             return ""
         cdef int32_t cap = <int32_t>toks.size() * 16 + 64
         cdef vector[char] buf = vector[char](cap)
-        cdef int32_t n = llama_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), cap,
-                                          remove_special, unparse_special)
+        cdef int32_t n = sd_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), cap,
+                                       remove_special, unparse_special)
+        _raise_abort("detokenize")
         if n < 0:
             buf.resize(-n)
-            n = llama_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), -n,
-                                 remove_special, unparse_special)
+            n = sd_detokenize(self.vocab, toks.data(), toks.size(), buf.data(), -n,
+                              remove_special, unparse_special)
+            _raise_abort("detokenize")
         return buf.data()[:max(n, 0)].decode("utf-8", "replace")
 
     def vocab_compatible(self, Model other not None) -> bool:
@@ -1058,6 +1149,7 @@ cdef class Context:
         self._closed_ctx = NULL
         self._head = new sd_lm_head()
         self._lazy = False
+        self._aborted = None
 
     def __init__(self, Model model not None, *, n_ctx=4096, n_batch=512, n_ubatch=None,
                  n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rs_seq=0,
@@ -1158,10 +1250,11 @@ cdef class Context:
             if remote:
                 rrc = sd_remote_init(model.model, p, &self.ctx, model._timeout, why)
             else:
-                self.ctx = llama_init_from_model(model.model, p)
+                self.ctx = sd_init_from_model(model.model, p)
         if rrc != SD_REMOTE_OK:
             self.ctx = NULL
             model._remote_failed(rrc, why, "context creation")
+        _raise_abort("creating the context")
         if self.ctx == NULL:
             why_s = _recent_errors()
             raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
@@ -1291,10 +1384,26 @@ cdef class Context:
 
     cdef int _alive(self) except -1:
         if self.ctx == NULL:
+            if self._aborted is not None:
+                raise LlamaAbortError("this Context is unusable after llama.cpp aborted in "
+                                      f"{self._aborted[0]}", self._aborted[1])
             raise RuntimeError("Context is closed")
         if self.model.is_remote:
             self.model._alive()
         return 0
+
+    cdef int _check_abort(self, str what) except -1:
+        """After a guarded call: if llama.cpp aborted in it, the context's state is
+        half-updated; free it (as ``close``) and raise LlamaAbortError."""
+        aborted = _take_abort()
+        if aborted is None:
+            return 0
+        self._aborted = (what, aborted)
+        self._last_n_tokens = 0
+        self._out_row.clear()
+        self._leave()   # the call that aborted is over, whether or not it was entered
+        self.close()
+        raise LlamaAbortError(f"{what} on this Context; it is freed and unusable", aborted)
 
     # --- settings ---------------------------------------------------------------------
 
@@ -1458,7 +1567,7 @@ cdef class Context:
                 else:
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, n_trim)
-                    rc = llama_decode(self.ctx, batch.b)
+                    rc = sd_decode(self.ctx, batch.b)
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rs_seq)
         finally:
@@ -1468,6 +1577,7 @@ cdef class Context:
             self._last_n_tokens = 0
             self._out_row.clear()
             self.model._remote_failed(rrc, why, "a decode")
+        self._check_abort("decode")
         if rc != 0:
             self._last_n_tokens = 0
             self._out_row.clear()
@@ -1633,7 +1743,8 @@ cdef class Context:
                         f"cannot roll sequence {s} back by {rollback} tokens: the last decode "
                         f"allows {self._rs_budget[s]} (n_rs_seq={self.n_rs_seq}, only the tokens "
                         "of the last decode, once)")
-        cdef bint ok = llama_memory_seq_rm(self.mem, seq, p0, p1)
+        cdef bint ok = sd_memory_seq_rm(self.mem, seq, p0, p1)
+        self._check_abort("seq_rm")
         if ok and self._needs_rs_guard:
             for s in range(s0, s1):
                 self._rs_budget[s] = 0
@@ -1667,9 +1778,10 @@ cdef class Context:
                              "(p0 = p1 = -1)")
         self._enter()
         try:
-            llama_memory_seq_cp(self.mem, src, dst, p0, p1)
+            sd_memory_seq_cp(self.mem, src, dst, p0, p1)
         finally:
             self._leave()
+        self._check_abort("seq_cp")
 
     def seq_keep(self, seq):
         seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
@@ -1677,9 +1789,10 @@ cdef class Context:
         self._check_seq(seq, False)
         self._enter()
         try:
-            llama_memory_seq_keep(self.mem, seq)
+            sd_memory_seq_keep(self.mem, seq)
         finally:
             self._leave()
+        self._check_abort("seq_keep")
 
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil:
         return llama_memory_seq_pos_max(self.mem, seq)
@@ -1709,19 +1822,21 @@ cdef class Context:
                     rrc = sd_remote_clear(self.ctx, data, self.model._timeout, why)
                 self.model._remote_failed(rrc, why, "clearing the memory")
             else:
-                llama_memory_clear(self.mem, data)
+                sd_memory_clear(self.mem, data)
             for s in range(self.n_seq_max):
                 self._rs_budget[s] = 0
             self._last_n_tokens = 0
         finally:
             self._leave()
+        self._check_abort("clear")
 
     # --- checkpoints ------------------------------------------------------------------
 
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1:
         self._alive()
         self._check_seq(seq, False)
-        cdef size_t n = llama_state_seq_get_size_ext(self.ctx, seq, flags)
+        cdef size_t n = sd_state_seq_get_size(self.ctx, seq, flags)
+        self._check_abort("save_state")
         out.resize(n)
         cdef size_t got = 0
         cdef string why
@@ -1731,8 +1846,9 @@ cdef class Context:
                 rrc = sd_remote_state_get(self.ctx, out.data(), n, seq, flags, &got,
                                           self.model._timeout, why)
             else:
-                got = llama_state_seq_get_data_ext(self.ctx, out.data(), n, seq, flags)
+                got = sd_state_seq_get_data(self.ctx, out.data(), n, seq, flags)
         self.model._remote_failed(rrc, why, "saving a state")
+        self._check_abort("save_state")
         if got != n:
             raise RuntimeError(f"saving the state of sequence {seq} failed")
         return 0
@@ -1748,8 +1864,9 @@ cdef class Context:
                 rrc = sd_remote_state_set(self.ctx, data.data(), data.size(), seq, flags, &got,
                                           self.model._timeout, why)
             else:
-                got = llama_state_seq_set_data_ext(self.ctx, data.data(), data.size(), seq, flags)
+                got = sd_state_seq_set_data(self.ctx, data.data(), data.size(), seq, flags)
         self.model._remote_failed(rrc, why, "restoring a state")
+        self._check_abort("load_state")
         if got == 0:
             raise ValueError(f"restoring the state of sequence {seq} failed (wrong or corrupt data)")
         for s in range(self.n_seq_max):

@@ -2,11 +2,14 @@
 
 llama.cpp parses GGUF files carefully, but the model loader then trusts what it
 read: a zero or absurd hyperparameter, a tensor whose shape does not match, or
-a vocabulary whose arrays disagree ends in ``GGML_ASSERT`` -> ``abort()``, which
-no Python code can catch. ``check_gguf`` walks the header, the metadata and the
-tensor infos of the memory-mapped file in one pass (no tensor data is read; a
-262k-token vocabulary takes tens of milliseconds, where ``gguf.GGUFReader``
-needs seconds) and raises :class:`GGUFError` for what would crash the process.
+a vocabulary whose arrays disagree ends in ``GGML_ASSERT`` -> ``abort()``. On the
+calling thread ``_abort.h`` turns that into an exception; inside ggml's compute
+threads nothing can, and there a tensor type without a kernel is a segfault.
+``check_gguf`` walks the header, the metadata and the tensor infos of the
+memory-mapped file in one pass (no tensor data is read; a 262k-token vocabulary
+takes tens of milliseconds, where ``gguf.GGUFReader`` needs seconds) and raises
+:class:`GGUFError` for what would crash the process, and early for what would
+only raise later. Tensor types are judged by the linked ggml's own type traits.
 
 ``parse_gguf`` is the same walk, exposed for tests (mutation fuzzing edits the
 fields it locates).
@@ -33,15 +36,30 @@ T_STRING, T_ARRAY = 8, 9
 _U64 = struct.Struct("<Q")
 _INT_TYPES = {0, 1, 2, 3, 4, 5, 10, 11}
 
-#: ggml tensor types of the pinned tree (ggml.h, ggml.c type_traits): id -> (block size, block bytes)
-TENSOR_TYPES: Dict[int, Tuple[int, int]] = {
-    0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-    9: (32, 40), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176), 14: (256, 210),
-    15: (256, 292), 16: (256, 66), 17: (256, 74), 18: (256, 98), 19: (256, 50), 20: (32, 18),
-    21: (256, 110), 22: (256, 82), 23: (256, 136), 24: (1, 1), 25: (1, 2), 26: (1, 4),
-    27: (1, 8), 28: (1, 8), 29: (256, 56), 30: (1, 2), 34: (256, 54), 35: (256, 66),
-    39: (32, 17), 40: (64, 36), 41: (128, 18), 42: (64, 18),
-}
+_TYPES: Dict[int, Tuple[str, int, int, bool]] = {}
+
+
+def tensor_types() -> Dict[int, Tuple[str, int, int, bool]]:
+    """ggml's tensor types, asked of the linked ggml (``_core.ggml_type_traits``):
+    id -> (name, block size, block bytes, computable by the CPU backend)."""
+    if not _TYPES:
+        from ._core import ggml_type_traits   # here: _core imports this module
+        _TYPES.update(ggml_type_traits())
+    return _TYPES
+
+
+def tensor_nbytes(type_: int, dims) -> int:
+    """Bytes of a tensor of ``type_`` and shape ``dims`` (ggml ne order)."""
+    _, blck, tsize, _ = tensor_types()[type_]
+    n = 1
+    for d in dims:
+        n *= d
+    return n // blck * tsize
+
+
+#: tensors whose consuming ggml op (not a matmul) takes f32 only, asserting in the compute
+#: threads otherwise: ssm_conv's kernel weights
+F32_ONLY_SUFFIXES = ("ssm_conv1d.weight",)
 
 MAX_DIMS = 4           # GGML_MAX_DIMS
 MAX_NAME = 64          # GGML_MAX_NAME, with the terminating NUL
@@ -277,18 +295,21 @@ def _check_tensors(lay: GGUFLayout) -> None:
     # a shard of a split model holds only its own tensors' data, in its own data section
     data_size = lay.size - lay.data_start
     expected = 0
+    types = tensor_types()
     for t in lay.tensors:
         if not t.name or len(t.name.encode()) >= MAX_NAME:
             raise GGUFError(f"tensor name {t.name!r} must be 1..{MAX_NAME - 1} bytes")
-        if t.type not in TENSOR_TYPES:
+        if t.type not in types:
             raise GGUFError(f"tensor {t.name!r} has unknown type {t.type}")
-        if len(t.dims) > 1 and t.type in (24, 25, 26, 27, 28) and t.name.endswith(".weight"):
-            # integer / f64 matrices: ggml's matmul has no kernel for them
-            raise GGUFError(f"weight {t.name!r} has non-float type {t.type}")
-        if len(t.dims) == 1 and t.type != 0:
-            # norms, biases, scales: ggml's element-wise ops take them as f32 only
-            raise GGUFError(f"1-d tensor {t.name!r} must be f32, is type {t.type}")
-        blck, tsize = TENSOR_TYPES[t.type]
+        tname, blck, tsize, computable = types[t.type]
+        if len(t.dims) == 1 or t.name.endswith(F32_ONLY_SUFFIXES):
+            # norms, biases, scales, conv kernels: their ggml ops take f32 only
+            if t.type != 0:
+                raise GGUFError(f"tensor {t.name!r} must be f32, is {tname}")
+        elif not computable:
+            # a matrix is multiplied (or its rows fetched): the CPU backend has no kernel
+            raise GGUFError(f"tensor {t.name!r} has type {tname}, which ggml cannot compute "
+                            "with (no matmul kernel on the CPU)")
         n = 1
         for d in t.dims:
             if d <= 0:
@@ -298,7 +319,7 @@ def _check_tensors(lay: GGUFLayout) -> None:
             raise GGUFError(f"tensor {t.name!r} is too large (shape {list(t.dims)})")
         if t.dims[0] % blck:
             raise GGUFError(f"tensor {t.name!r}: row of {t.dims[0]} elements is not a multiple of "
-                            f"the block size {blck} of type {t.type}")
+                            f"the block size {blck} of type {tname}")
         nbytes = n // blck * tsize
         if t.data_offset != expected:
             raise GGUFError(f"tensor {t.name!r} has data offset {t.data_offset}, expected "
@@ -402,11 +423,21 @@ def _check_hparams(lay: GGUFLayout) -> str:
     if head_k is None and heads and n_embd is not None and max(heads):
         head_k = n_embd // max(heads)
     n_rot = (_ints(lay, f"{arch}.rope.dimension_count") or [None])[0]
-    if n_rot is not None:
-        if n_rot % 2:
-            raise GGUFError(f"rope.dimension_count {n_rot} is odd")
-        if head_k is not None and n_rot > head_k:
-            raise GGUFError(f"rope.dimension_count {n_rot} exceeds the head size {head_k}")
+    # every rope width (the full-attention one, the sliding-window one, ...) is asserted
+    # even and within its head by ggml's rope kernel, in the compute threads
+    for kv in lay.kv_list:
+        if not kv.key.startswith(f"{arch}.rope.dimension_count"):
+            continue
+        suffix = kv.key[len(arch) + 1:]
+        _check_number(lay, kv.key, 0, 1 << 16, per_layer=False)
+        rot = kv.value
+        head = head_k
+        if kv.key.endswith("_swa"):
+            head = _one(lay, f"{arch}.attention.key_length_swa") or head_k
+        if rot % 2:
+            raise GGUFError(f"{suffix} {rot} is odd")
+        if head is not None and rot > head:
+            raise GGUFError(f"{suffix} {rot} exceeds the head size {head}")
     sections = lay.kvs.get(f"{arch}.rope.dimension_sections")
     if sections is not None:
         vals = sections.value if sections.type == T_ARRAY else None

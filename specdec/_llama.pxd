@@ -4,8 +4,9 @@
 Only ``_core`` calls into libllama; every other module goes through ``_core``'s
 typed methods, so that one static copy of llama.cpp lives in the process.
 """
-from libc.stdint cimport int8_t, int32_t, uint32_t, uint64_t, uint8_t
+from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t, uint8_t
 from libcpp cimport bool as cbool
+from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp.string cimport string
 
@@ -53,6 +54,23 @@ cdef extern from "ggml-backend.h" nogil:
     size_t ggml_backend_dev_count()
     ggml_backend_dev_t ggml_backend_dev_get(size_t index)
     ggml_backend_dev_t ggml_backend_dev_by_name(const char * name)
+    enum ggml_type:
+        GGML_TYPE_F32
+        GGML_TYPE_COUNT
+    struct ggml_traits "ggml_type_traits":
+        const char * type_name
+        int64_t blck_size
+        size_t type_size
+        cbool is_quantized
+        void * to_float
+    const ggml_traits * ggml_get_type_traits(ggml_type type)
+
+cdef extern from "ggml-cpu.h" nogil:
+    struct ggml_type_traits_cpu:
+        void * from_float
+        void * vec_dot
+        ggml_type vec_dot_type
+    const ggml_type_traits_cpu * ggml_get_type_traits_cpu(ggml_type type)
 
 cdef extern from "llama.h" nogil:
     ctypedef int32_t llama_pos
@@ -213,6 +231,7 @@ cdef extern from "llama.h" nogil:
     llama_token llama_vocab_eot(const llama_vocab * vocab)
     llama_token llama_vocab_nl(const llama_vocab * vocab)
     llama_token llama_vocab_pad(const llama_vocab * vocab)
+    llama_token llama_vocab_sep(const llama_vocab * vocab)
     cbool llama_vocab_get_add_bos(const llama_vocab * vocab)
     cbool llama_vocab_get_add_eos(const llama_vocab * vocab)
 
@@ -255,6 +274,33 @@ cdef extern from "llama-ext.h" nogil:
     void llama_set_nextn_layer_offset(llama_context * ctx, int32_t offset)
     float * llama_get_embeddings_nextn(llama_context * ctx)
     float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
+
+
+cdef extern from "_abort.h" nogil:
+    # llama.cpp calls with GGML_ABORT on the calling thread turned into a failure (see _abort.h)
+    void sd_abort_install()
+    cbool sd_abort_take(string & out)
+    llama_model * sd_model_load(const char * path, llama_model_params p)
+    llama_context * sd_init_from_model(llama_model * model, llama_context_params p)
+    int32_t sd_decode(llama_context * ctx, llama_batch batch)
+    int32_t sd_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
+                        llama_token * tokens, int32_t n_tokens_max, cbool add_special,
+                        cbool parse_special)
+    int32_t sd_detokenize(const llama_vocab * vocab, const llama_token * tokens, int32_t n_tokens,
+                          char * text, int32_t text_len_max, cbool remove_special,
+                          cbool unparse_special)
+    int32_t sd_token_to_piece(const llama_vocab * vocab, llama_token token, char * buf,
+                              int32_t length, int32_t lstrip, cbool special)
+    cbool sd_memory_seq_rm(llama_memory_t mem, llama_seq_id seq, llama_pos p0, llama_pos p1)
+    cbool sd_memory_seq_cp(llama_memory_t mem, llama_seq_id src, llama_seq_id dst, llama_pos p0,
+                           llama_pos p1)
+    cbool sd_memory_seq_keep(llama_memory_t mem, llama_seq_id seq)
+    cbool sd_memory_clear(llama_memory_t mem, cbool data)
+    size_t sd_state_seq_get_size(llama_context * ctx, llama_seq_id seq, llama_state_seq_flags flags)
+    size_t sd_state_seq_get_data(llama_context * ctx, uint8_t * dst, size_t size, llama_seq_id seq,
+                                 llama_state_seq_flags flags)
+    size_t sd_state_seq_set_data(llama_context * ctx, const uint8_t * src, size_t size,
+                                 llama_seq_id seq, llama_state_seq_flags flags)
 
 
 cdef extern from "_rs_graph.h" nogil:

@@ -127,6 +127,10 @@ class Decoder:
         rejected draft no longer pays for the vocabulary projection of the rows after
         it. Each row's logits are bit-identical to a one-row LM head's for the same
         hidden state (``specdec/_lm_head.h``).
+    model_check
+        ``"fast"`` (default) or ``"isolated"``: when ``model`` is a path, ``"isolated"``
+        tries the file in a child process before loading it here (``specdec.check_model``),
+        for files from untrusted sources.
 
     n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers, n_gpu_layers_draft
         Placement, with llama.cpp's names, when the Decoder loads the model:
@@ -165,6 +169,7 @@ class Decoder:
         tensor_split: Optional[Sequence[float]] = None,
         rpc_servers: Union[str, Sequence[str], None] = None,
         n_gpu_layers_draft: Optional[int] = None,
+        model_check: str = "fast",
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
@@ -181,7 +186,8 @@ class Decoder:
         else:
             wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
             self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
-                               use_extra_bufts=not self.exact, **placement.options())
+                               use_extra_bufts=not self.exact, check=model_check,
+                               **placement.options())
         created = [create_drafter(s) for s in specs]
         if n_gpu_layers_draft is not None:
             placed = [d for d in created if hasattr(d, "n_gpu_layers")]

@@ -31,7 +31,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from specdec._gguf_check import T_ARRAY, T_STRING, TENSOR_TYPES, VALUE_TYPES, parse_gguf
+from specdec._gguf_check import (T_ARRAY, T_STRING, VALUE_TYPES, parse_gguf, tensor_nbytes,
+                                 tensor_types)
 
 # --------------------------------------------------------------------------------------
 # an editable GGUF: metadata, tensor infos and each tensor's data, written back consistently
@@ -64,10 +65,73 @@ class Model:
     def find(self, key: str) -> Optional[Entry]:
         return next((e for e in self.kv if e.key == key), None)
 
+    def put(self, key: str, type_: int, value: Any, arr_type: int = -1) -> None:
+        """Set a metadata entry, adding it if missing."""
+        e = self.find(key)
+        if e is None:
+            self.kv.append(Entry(key, type_, value, arr_type))
+        else:
+            e.type, e.value, e.arr_type = type_, value, arr_type
+
     @property
     def arch(self) -> str:
         e = self.find("general.architecture")
         return e.value if e is not None and isinstance(e.value, str) else ""
+
+
+class Zeros:
+    """``n`` zero bytes, never materialised: the data of a header-only base's tensors."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = max(0, n)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __mul__(self, k: int) -> "Zeros":
+        return Zeros(self.n * k)
+
+    def __getitem__(self, sl: slice) -> "Zeros":
+        return Zeros(len(range(*sl.indices(self.n))))
+
+    def __radd__(self, other: bytes) -> bytes:
+        return bytes(other) + bytes(self.n)
+
+
+class Sparse(bytes):
+    """A file given by its header bytes only; the rest, up to ``size``, is zeros.
+
+    Gemma's header over its real tensor infos, with the 250 MB of weights left as a hole
+    in the file (all-zero weights load and run): a case costs a header, not a model."""
+
+    size: int
+
+    def __new__(cls, head: bytes, size: int) -> "Sparse":
+        obj = super().__new__(cls, head)
+        obj.size = max(size, len(head))
+        return obj
+
+    def write(self, f) -> None:
+        f.write(self)
+        f.truncate(self.size)
+
+
+def header_base(path: str) -> Sparse:
+    """The header of a GGUF file (metadata and tensor infos) as a header-only base."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(1 << 20)
+        while True:
+            try:
+                lay = parse_gguf(head, strings=False)
+                break
+            except Exception:
+                if len(head) >= size:
+                    raise
+                head += f.read(len(head))
+    return Sparse(head[:lay.data_start], size)
 
 
 def load(data: bytes) -> Model:
@@ -75,10 +139,10 @@ def load(data: bytes) -> Model:
     kv = [Entry(k.key, k.type, k.value, k.arr_type) for k in lay.kv_list]
     tensors = []
     for t in lay.tensors:
-        blck, tsize = TENSOR_TYPES[t.type]
-        n = math.prod(t.dims) // blck * tsize
+        n = tensor_nbytes(t.type, t.dims)
         start = lay.data_start + t.data_offset
-        tensors.append(Tensor(t.name, list(t.dims), t.type, data[start:start + n]))
+        blob = Zeros(n) if isinstance(data, Sparse) else data[start:start + n]
+        tensors.append(Tensor(t.name, list(t.dims), t.type, blob))
     return Model(lay.version, kv, tensors, lay.alignment)
 
 
@@ -125,6 +189,9 @@ def dump(m: Model) -> bytes:
         off += (len(t.data) + a - 1) // a * a
     head = b"".join(out)
     pad = (-len(head)) % a
+    if any(isinstance(t.data, Zeros) for t in m.tensors):
+        # tensors mutated into bytes are kept as zeros too: a header-only file stays one
+        return Sparse(head + b"\0" * pad, len(head) + pad + off)
     body = [head, b"\0" * pad]
     for t in m.tensors:
         body.append(t.data)
@@ -336,11 +403,7 @@ def _mut_vocab(rng, m: Model, raw: bytes) -> str:
             m.kv = [e for e in m.kv if e.key != key]
             m.kv.append(Entry(key, T_ARRAY, [rng.randrange(256) for _ in range(rng.choice([0, 3, 9]))], 0))
             return f"vocab: {key} garbage"
-        e = m.find(key)
-        if e is None:
-            m.kv.append(Entry(key, t, v))
-        else:
-            e.type, e.value, e.arr_type = t, v, -1
+        m.put(key, t, v)
         return f"vocab: {key} = {v!r}"
     if toks:
         toks.value = []
@@ -374,19 +437,18 @@ def _mut_tensor(rng, m: Model, raw: bytes) -> str:
             dims.reverse()
         if rng.random() < 0.2 and len(dims) < 4:
             dims.append(rng.choice([1, 2]))
-        blck, tsize = TENSOR_TYPES[t.type]
+        blck = tensor_types()[t.type][1]
         if dims[0] % blck:
             dims[0] = max(blck, dims[0] // blck * blck)
-        n = math.prod(dims) // blck * tsize
+        n = tensor_nbytes(t.type, dims)
         t.data = (t.data * (n // max(1, len(t.data)) + 1))[:n]
         t.dims = dims
         return f"tensor {t.name}: shape -> {dims}"
     if what == 3:
-        new = rng.choice(list(TENSOR_TYPES))
-        blck, tsize = TENSOR_TYPES[new]
-        if t.dims[0] % blck:
+        new = rng.choice(list(tensor_types()))
+        if t.dims[0] % tensor_types()[new][1]:
             return f"tensor {t.name}: type {new} does not fit"
-        n = math.prod(t.dims) // blck * tsize
+        n = tensor_nbytes(new, t.dims)
         old = t.type
         t.type = new
         t.data = (t.data * (n // max(1, len(t.data)) + 1))[:n]
@@ -402,7 +464,7 @@ def _mut_tensor(rng, m: Model, raw: bytes) -> str:
         return f"tensor {t.name}: extra copy {m.tensors[-1].name}"
     if what == 5:
         # NaN / inf / huge values in the weights
-        if t.type == 0 and t.data:
+        if t.type == 0 and isinstance(t.data, bytes) and t.data:
             vals = [float("nan"), float("inf"), -float("inf"), 3.4e38, 0.0]
             b = bytearray(t.data)
             for _ in range(rng.choice([1, 16, len(b) // 4])):
@@ -415,9 +477,121 @@ def _mut_tensor(rng, m: Model, raw: bytes) -> str:
     return f"tensors swapped names {m.tensors[j].name} <-> {m.tensors[k].name}"
 
 
+#: optional keys llama.cpp's loaders read and then assert on (suffixes of ``{arch}.``)
+EXTRA_KEYS: List[Tuple[str, int, List[Any]]] = [
+    ("rope.scaling.type", T_STRING, ["bogus", "", "none", "linear", "yarn", "longrope", "YARN"]),
+    ("rope.scaling.factor", 6, [0.0, -1.0, 1e-30, 4.0, float("nan")]),
+    ("rope.scaling.original_context_length", 4, [0, 1, 2**31, 4096]),
+    ("rope.dimension_count_swa", 4, [0, 1, 7, 8, 16, 1 << 15]),
+    ("rope.freq_base_swa", 6, [0.0, -1.0, 1e4]),
+    ("attention.key_length_swa", 4, [0, 1, 8, 16, 1 << 15]),
+    ("attention.value_length_swa", 4, [0, 1, 8, 16]),
+    ("attention.sliding_window", 4, [0, 1, 2, 512, 2**31]),
+    ("attention.sliding_window_pattern", 4, [0, 1, 2, 6]),
+    ("expert_count", 4, [0, 1, 2, 4, 7]),
+    ("expert_used_count", 4, [0, 1, 2, 3, 9]),
+    ("expert_group_count", 4, [0, 1, 2, 3]),
+    ("expert_group_used_count", 4, [0, 1, 2, 5]),
+    ("expert_gating_func", 4, [0, 1, 2, 3, 99]),
+    ("expert_weights_scale", 6, [0.0, 1.0, float("inf")]),
+    ("leading_dense_block_count", 4, [0, 1, 3, 100]),
+    ("attention.causal", 7, [True, False]),
+    ("attention.layer_norm_epsilon", 6, [0.0, 1e-6, float("nan")]),
+    ("attention.q_lora_rank", 4, [0, 1, 16]),
+    ("attention.kv_lora_rank", 4, [0, 1, 16]),
+    ("final_logit_softcapping", 6, [0.0, -1.0, 30.0]),
+    ("attn_logit_softcapping", 6, [0.0, -1.0, 50.0]),
+    ("pooling_type", 4, [0, 1, 2, 3, 4, 99]),
+    ("embedding_length_per_layer_input", 4, [0, 1, 64]),
+    ("ssm.dt_b_c_rms", 7, [True, False]),
+    ("full_attention_interval", 4, [1, 2, 3, 5, 100]),
+    ("nextn_predict_layers", 4, [0, 1, 2, 3]),
+]
+
+
+def _mut_add_key(rng, m: Model, raw: bytes) -> str:
+    """An optional hyperparameter the file did not have (or another value of it)."""
+    if not m.arch:
+        return "add key: no arch"
+    suffix, t, values = rng.choice(EXTRA_KEYS)
+    key = f"{m.arch}.{suffix}"
+    v = rng.choice(values)
+    m.put(key, t, v)
+    return f"key {key} = {v!r}"
+
+
+#: vocabulary types and the specials their tokenizers insist on
+TOKENIZER_SPECIALS = {"llama": ["bos", "eos", "unk"], "gpt2": ["bos", "eos"],
+                      "bert": ["bos", "eos", "sep", "unk", "pad", "mask"], "t5": ["eos", "unk", "pad"],
+                      "rwkv": [], "plamo2": ["bos", "eos"], "gemma4": ["bos", "eos"]}
+
+
+def _mut_tokenizer_specials(rng, m: Model, raw: bytes) -> str:
+    """Another tokenizer type, with its special tokens missing, out of range or flagged."""
+    kind = rng.choice(list(TOKENIZER_SPECIALS))
+    toks = _vocab(m)
+    n = len(toks.value) if toks else 0
+    done = [f"tokenizer {kind}"]
+    m.put("tokenizer.ggml.model", T_STRING, kind)
+    for special in ["bos", "eos", "sep", "unk", "pad", "mask", "eot", "eom"]:
+        key = f"tokenizer.ggml.{special}_token_id"
+        r = rng.random()
+        if r < 0.4:
+            m.kv = [x for x in m.kv if x.key != key]
+            done.append(f"no {special}")
+        elif r < 0.55:
+            v = rng.choice([n, n + 1, 2**31 - 1, -1])
+            m.put(key, 4 if v >= 0 else 5, v)
+            done.append(f"{special}={v}")
+    for flag in ["add_bos_token", "add_eos_token", "add_sep_token", "add_space_prefix"]:
+        if rng.random() < 0.5:
+            key = f"tokenizer.ggml.{flag}"
+            v = rng.random() < 0.7
+            m.put(key, 7, v)
+            done.append(f"{flag}={v}")
+    if toks and rng.random() < 0.3:
+        k = rng.choice([1, 2, 8, 64, 200])
+        toks.value = toks.value[:k]
+        for key in ("tokenizer.ggml.scores", "tokenizer.ggml.token_type"):
+            x = m.find(key)
+            if x is not None and x.type == T_ARRAY:
+                x.value = x.value[:k]
+        done.append(f"vocab cut to {k}")
+    return "; ".join(done)
+
+
+def _mut_tensor_class(rng, m: Model, raw: bytes) -> str:
+    """A tensor retyped to a type its op cannot take (data resized: a consistent file)."""
+    if not m.tensors:
+        return "tensor class: none"
+    picks = [t for t in m.tensors if t.name.endswith(("ssm_conv1d.weight", "token_embd.weight",
+                                                      "output.weight", "_exps.weight"))
+             or len(t.dims) == 1]
+    t = rng.choice(picks if picks and rng.random() < 0.6 else m.tensors)
+    types = tensor_types()
+    odd = [k for k, v in types.items() if not v[3]] + [0, 1, 30, 8]
+    new = rng.choice(odd if rng.random() < 0.7 else list(types))
+    blck = types[new][1]
+    if t.dims[0] % blck:
+        return f"tensor {t.name}: type {types[new][0]} does not fit"
+    n = tensor_nbytes(new, t.dims)
+    old, t.type = t.type, new
+    t.data = (t.data * (n // max(1, len(t.data)) + 1))[:n]
+    return f"tensor {t.name}: type {old} -> {types[new][0]}"
+
+
+def _mut_alignment(rng, m: Model, raw: bytes) -> str:
+    """Another alignment, the file laid out by it (consistent)."""
+    a = rng.choice([1, 2, 4, 8, 16, 64, 128])
+    m.alignment = a
+    m.put("general.alignment", 4, a)
+    return f"alignment {a}"
+
+
 SEMANTIC: List[Tuple[Callable[..., str], float]] = [
     (_mut_hparam, 4.0), (_mut_hparam_array, 1.0), (_mut_retype, 2.0), (_mut_delete_key, 2.0),
-    (_mut_arch, 1.5), (_mut_vocab, 3.0), (_mut_tensor, 3.0),
+    (_mut_arch, 1.5), (_mut_vocab, 3.0), (_mut_tensor, 3.0), (_mut_add_key, 3.0),
+    (_mut_tokenizer_specials, 2.0), (_mut_tensor_class, 2.0), (_mut_alignment, 0.5),
 ]
 
 
@@ -430,7 +604,16 @@ def _u(b: bytearray, off: int, fmt: str, v: int) -> None:
 
 
 def raw_mutation(rng: random.Random, data: bytes) -> Tuple[bytes, str]:
-    """One edit of the raw bytes, at a field located by parsing the file."""
+    """One edit of the raw bytes, at a field located by parsing the file (of a header-only
+    file: of its header, the hole after it kept)."""
+    out, desc = _raw_mutation(rng, data)
+    if isinstance(data, Sparse):
+        size = len(out) if desc.startswith("raw: truncated") else data.size
+        out = Sparse(out, size)
+    return out, desc
+
+
+def _raw_mutation(rng: random.Random, data: bytes) -> Tuple[bytes, str]:
     lay = parse_gguf(data, strings=False)
     b = bytearray(data)
     what = rng.randrange(11)
@@ -494,12 +677,93 @@ def raw_mutation(rng: random.Random, data: bytes) -> Tuple[bytes, str]:
     return bytes(b), f"raw: bit flips at {flips}"
 
 
+#: base names that stand for files generated per case (self-consistent, random hyperparameters)
+GENERATED = ("gen:qwen35", "gen:qwen35moe", "gen:dense")
+
+
+def generate(kind: str, rng: random.Random) -> Tuple[bytes, str]:
+    """A file written by specdec.testing with random hyperparameters: every tensor is shaped
+    the way the loader expects from them, so only the values themselves can be wrong."""
+    import dataclasses
+
+    from specdec.testing.tiny import TINY_QWEN35, LlamaDims, write_tiny_dense, write_tiny_qwen35
+
+    fd, path = tempfile.mkstemp(suffix=".gguf")
+    os.close(fd)
+    try:
+        if kind == "gen:dense":
+            n_head = rng.choice([1, 2, 3, 4, 8])
+            d = LlamaDims(n_vocab=rng.choice([8, 64, 256, 300]), n_embd=rng.choice([16, 32, 48, 64]),
+                          n_layer=rng.choice([1, 2, 3]), n_head=n_head,
+                          n_head_kv=_plausible(rng, n_head), n_ff=rng.choice([16, 64, 96]))
+            if d.head_dim == 0:
+                d = dataclasses.replace(d, n_head=1)
+            write_tiny_dense(path, dims=d, seed=rng.randrange(100))
+        else:
+            moe = kind == "gen:qwen35moe"
+            n_rot = rng.choice([0, 2, 4, 6, 7, 8, 16])
+            sec = [rng.choice([0, 1, 2, 3]) for _ in range(4)]
+            if rng.random() < 0.6 and n_rot:   # sections that add up, as converters write them
+                sec = [n_rot // 2 - n_rot // 4, n_rot // 4, 0, 0]
+            n_head = rng.choice([1, 2, 3, 4, 8])
+            d = dataclasses.replace(
+                TINY_QWEN35, checked=False, n_vocab=rng.choice([8, 64, 256, 300]),
+                n_embd=rng.choice([32, 64, 128]), n_layer=rng.choice([1, 2, 3, 4, 5, 6]),
+                n_head=n_head, n_head_kv=_plausible(rng, n_head),
+                head_dim=rng.choice([8, 16, 32, 48]), head_dim_v=rng.choice([0, 0, 0, 8, 16]),
+                n_rot=n_rot, rope_sections=tuple(sec), n_ff=rng.choice([32, 64, 256]),
+                ssm_state=rng.choice([8, 16, 32]), ssm_groups=rng.choice([1, 2, 3, 4]),
+                ssm_v_heads=rng.choice([1, 2, 3, 4, 6, 8]), ssm_conv=rng.choice([1, 2, 3, 4, 5]),
+                full_attention_interval=rng.choice([1, 2, 3, 4, 4, 5, 100]),
+                n_expert=rng.choice([0, 1, 2, 4, 8]) if moe else 0,
+                n_expert_used=rng.choice([0, 1, 2, 3, 9]) if moe else 0,
+                n_ff_exp=rng.choice([16, 64]) if moe else 0, n_ff_shexp=rng.choice([16, 64]) if moe else 0)
+            write_tiny_qwen35(path, dims=d, arch="qwen35moe" if moe else "qwen35",
+                              mtp=rng.random() < 0.6, seed=rng.randrange(100))
+        with open(path, "rb") as f:
+            return f.read(), f"generated {kind[4:]} {d}"
+    finally:
+        os.unlink(path)
+
+
+_parsed: Dict[int, Tuple[bytes, Model]] = {}
+
+
+def _fresh(data: bytes) -> Model:
+    """``load(data)``, parsed once per base: a case gets its own copy of the entries and
+    tensor infos (a 262k-token vocabulary takes seconds to parse, a list copy milliseconds)."""
+    hit = _parsed.get(id(data))
+    if hit is None or hit[0] is not data:
+        hit = _parsed[id(data)] = (data, load(data))
+        if len(_parsed) > 16:
+            _parsed.pop(next(iter(_parsed)))
+    m = hit[1]
+    return Model(m.version,
+                 [Entry(e.key, e.type, list(e.value) if isinstance(e.value, list) else e.value,
+                        e.arr_type) for e in m.kv],
+                 [Tensor(t.name, list(t.dims), t.type, t.data) for t in m.tensors], m.alignment)
+
+
+def _plausible(rng: random.Random, n_head: int) -> int:
+    """KV heads: mostly a divisor of ``n_head`` (so the rest of the file gets exercised)."""
+    if rng.random() < 0.75:
+        return rng.choice([k for k in range(1, n_head + 1) if n_head % k == 0])
+    return rng.choice([1, 2, 3, 4])
+
+
 def mutate(data: bytes, seed: int, case: int) -> Tuple[bytes, str]:
-    """The mutated file of one case (deterministic) and a description of what changed."""
+    """The mutated file of one case (deterministic) and a description of what changed.
+    ``data`` may be one of GENERATED instead of a file's bytes."""
     rng = random.Random(seed * 1_000_003 + case)
+    if isinstance(data, str):
+        data, desc = generate(data, rng)
+        if rng.random() < 0.5:   # the generated file itself, bad hyperparameters and all
+            return data, desc
+        out, more = mutate(data, seed, case + 1_000_000_007)
+        return out, f"{desc}; {more}"
     if rng.random() < 0.35:
         return raw_mutation(rng, data)
-    m = load(data)
+    m = _fresh(data)
     funcs, weights = zip(*SEMANTIC)
     done = []
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
@@ -515,6 +779,20 @@ def mutate(data: bytes, seed: int, case: int) -> Tuple[bytes, str]:
 # the child: load each case, use it, report one line
 # --------------------------------------------------------------------------------------
 
+def _abs_base(p: str) -> str:
+    return "header:" + os.path.abspath(p[7:]) if p.startswith("header:") else os.path.abspath(p)
+
+
+def _base(p: str):
+    """A base as given on the command line: a GGUF path, ``header:PATH`` (its header only,
+    the weights zeros) or one of GENERATED."""
+    if p in GENERATED:
+        return p
+    if p.startswith("header:"):
+        return header_base(p[len("header:"):])
+    return open(p, "rb").read()
+
+
 def exercise(path: str) -> str:
     """Load a model and use it the way a user would; returns what worked."""
     from specdec import Decoder, Model
@@ -527,7 +805,12 @@ def exercise(path: str) -> str:
     dec = Decoder(m, n_ctx=64, n_batch=32, drafter="ngram", n_max=3)
     prompt = [t % m.n_vocab for t in (1, 2, 3, 1, 2, 3, 1, 2)]
     r = dec.generate(prompt, max_tokens=6)
-    return f"loaded {m.arch} n_vocab={m.n_vocab}, generated {len(r.tokens)}"
+    dec.generate("hello", max_tokens=4)
+    what = f"loaded {m.arch} n_vocab={m.n_vocab}, generated {len(r.tokens)}"
+    if m.has_mtp_graph:
+        r = Decoder(path, n_ctx=64, n_batch=32, drafter="mtp", n_max=2).generate(prompt, max_tokens=4)
+        what += f", mtp {len(r.tokens)}"
+    return what
 
 
 def child_main(bases: Sequence[str], seed: int, start: int, count: int, workdir: str,
@@ -537,15 +820,17 @@ def child_main(bases: Sequence[str], seed: int, start: int, count: int, workdir:
     if not precheck:   # to count what llama.cpp alone would crash on
         import specdec._core
         specdec._core._check_gguf_file = lambda path: None
-    datas = [open(p, "rb").read() for p in bases]
+    datas = [_base(p) for p in bases]
+    # a mutation may grow a file (a resized tensor, a longer array), never unboundedly
+    limit = max([64 << 20] + [2 * getattr(d, "size", len(d)) for d in datas if isinstance(d, bytes)])
     path = os.path.join(workdir, f"case-{os.getpid()}.gguf")
     for i in range(start, start + count):
         data, desc = mutate(datas[i % len(datas)], seed, i)
         with open(path, "wb") as f:
-            f.write(data)
+            data.write(f) if isinstance(data, Sparse) else f.write(data)
         print(f"CASE {i} {desc}", flush=True)
         signal.alarm(case_timeout)   # a hang ends the child with SIGALRM: the parent notes it
-        if len(data) > 64 << 20:
+        if getattr(data, "size", len(data)) > limit:
             raise RuntimeError(f"case {i}: mutated file of {len(data)} bytes")
         try:
             what = exercise(path)
@@ -571,16 +856,26 @@ class Report:
     unclear: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def hangs(self) -> int:
+        """Crashes that were a case running past its time limit (SIGALRM)."""
+        return sum(c["exit"] in (-signal.SIGALRM, "timeout") for c in self.crashes)
+
     def summary(self) -> str:
         return (f"{self.cases} mutated files: {self.loaded} loaded and ran, "
                 f"{sum(self.errors.values())} rejected with an exception "
                 f"({', '.join(f'{k} {v}' for k, v in sorted(self.errors.items()))}), "
-                f"{len(self.crashes)} crashes, {self.seconds:.0f}s")
+                f"{len(self.crashes) - self.hangs} deaths, {self.hangs} hangs, "
+                f"{self.seconds:.0f}s")
 
 
 def run(bases: Sequence[str], cases: int, *, seed: int = 0, batch: int = 200,
-        timeout: float = 600.0, save_dir: Optional[str] = None, precheck: bool = True) -> Report:
-    """Run ``cases`` mutated files through children; crashes are recorded, not fatal."""
+        timeout: Optional[float] = None, save_dir: Optional[str] = None, precheck: bool = True,
+        case_timeout: int = 30) -> Report:
+    """Run ``cases`` mutated files through children; crashes are recorded, not fatal.
+
+    A case running past ``case_timeout`` seconds is a hang (the child ends itself with
+    SIGALRM); ``timeout`` bounds a whole batch (default: each case's limit, plus a minute)."""
     rep = Report()
     t0 = time.perf_counter()
     i = 0
@@ -589,13 +884,15 @@ def run(bases: Sequence[str], cases: int, *, seed: int = 0, batch: int = 200,
             n = min(batch, cases - i)
             cmd = [sys.executable, "-m", "specdec.testing.gguf_fuzz", "--child", "--seed", str(seed),
                    "--start", str(i), "--count", str(n), "--workdir", work,
-                   *(os.path.abspath(b) for b in bases)]
+                   *(b if b in GENERATED else _abs_base(b) for b in bases)]
+            cmd += ["--case-timeout", str(case_timeout)]
             if not precheck:
                 cmd.append("--no-precheck")
             try:
                 # run in the work dir: ``-m`` puts the cwd first on sys.path, and a source
                 # checkout there (CI runs from the repo root) would shadow the installed package
-                p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=work,
+                limit = timeout if timeout is not None else n * case_timeout + 60
+                p = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, cwd=work,
                                    errors="replace", env=dict(os.environ, GGML_NO_BACKTRACE="1"))
                 out, err, rc = p.stdout, p.stderr, p.returncode
             except subprocess.TimeoutExpired as e:
@@ -624,6 +921,7 @@ def run(bases: Sequence[str], cases: int, *, seed: int = 0, batch: int = 200,
                     done = True
             if done and rc == 0:
                 i += n
+                print(f"{i}/{cases}: {rep.summary()}", file=sys.stderr, flush=True)
                 continue
             crash_at = last if last is not None else i
             rep.cases += 1
@@ -635,9 +933,10 @@ def run(bases: Sequence[str], cases: int, *, seed: int = 0, batch: int = 200,
                                 "exit": rc, "stderr": tail})
             if save_dir:
                 os.makedirs(save_dir, exist_ok=True)
-                data = open(bases[crash_at % len(bases)], "rb").read()
+                data = _base(bases[crash_at % len(bases)])
                 with open(os.path.join(save_dir, f"crash-{seed}-{crash_at}.gguf"), "wb") as f:
-                    f.write(mutate(data, seed, crash_at)[0])
+                    out = mutate(data, seed, crash_at)[0]
+                    out.write(f) if isinstance(out, Sparse) else f.write(out)
             i = crash_at + 1
     rep.seconds = time.perf_counter() - t0
     return rep
@@ -663,7 +962,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         child_main(a.bases, a.seed, a.start, a.count, a.workdir, not a.no_precheck, a.case_timeout)
         return 0
     rep = run(a.bases, a.cases, seed=a.seed, batch=a.batch, save_dir=a.save_dir,
-              precheck=not a.no_precheck)
+              precheck=not a.no_precheck, case_timeout=a.case_timeout)
     if a.json:
         print(json.dumps(rep.__dict__, indent=1))
     else:

@@ -52,12 +52,20 @@ class Qwen35Dims:
     n_expert_used: int = 0
     n_ff_exp: int = 0
     n_ff_shexp: int = 0
+    head_dim_v: int = 0  # value head size of the attention layers; 0: head_dim
+    checked: bool = True  # False keeps inconsistent hyperparameters (files llama.cpp must reject)
 
     def __post_init__(self) -> None:
+        if not self.checked:
+            return
         if 2 * sum(self.rope_sections) != self.n_rot:
             raise ValueError("rope_sections count rope pairs: their sum must be n_rot / 2")
         if self.ssm_v_heads % self.ssm_groups:
             raise ValueError("ssm_v_heads must be a multiple of ssm_groups")
+
+    @property
+    def head_v(self) -> int:
+        return self.head_dim_v or self.head_dim
 
     @property
     def value_dim(self) -> int:
@@ -88,8 +96,8 @@ def qwen35_layout(d: Qwen35Dims, *, n_nextn: int, trunk: bool = True) -> dict[st
     def attention(p: str) -> None:
         t[p + "attn_q.weight"] = (d.n_embd, d.head_dim * d.n_head * 2)  # query and gate per head
         t[p + "attn_k.weight"] = (d.n_embd, d.head_dim * d.n_head_kv)
-        t[p + "attn_v.weight"] = (d.n_embd, d.head_dim * d.n_head_kv)
-        t[p + "attn_output.weight"] = (d.head_dim * d.n_head, d.n_embd)
+        t[p + "attn_v.weight"] = (d.n_embd, d.head_v * d.n_head_kv)
+        t[p + "attn_output.weight"] = (d.head_dim * d.n_head, d.n_embd)  # llama.cpp: key head size
         t[p + "attn_q_norm.weight"] = (d.head_dim,)
         t[p + "attn_k_norm.weight"] = (d.head_dim,)
 
@@ -153,7 +161,7 @@ def add_qwen35_kv(w: gguf.GGUFWriter, d: Qwen35Dims, *, n_nextn: int) -> None:
     w.add_head_count(d.n_head)
     w.add_head_count_kv(d.n_head_kv)
     w.add_key_length(d.head_dim)
-    w.add_value_length(d.head_dim)
+    w.add_value_length(d.head_v)
     w.add_layer_norm_rms_eps(RMS_EPS)
     w.add_rope_dimension_count(d.n_rot)
     w.add_rope_dimension_sections(list(d.rope_sections))
@@ -299,6 +307,7 @@ def write_tiny_qwen35(
     n_vocab: int = 256,
     dtype: str = "f32",
     arch: str = "qwen35",
+    dims: Qwen35Dims | None = None,
 ) -> Path:
     """Random qwen35 (layers 0-2 gated delta net, layer 3 full attention) plus one MTP block.
 
@@ -307,14 +316,15 @@ def write_tiny_qwen35(
     ``mtp=False`` drops the block and the nextn_predict_layers key;
     ``mtp_only=True`` keeps token_embd, output_norm, output and the block, like
     convert_hf_to_gguf.py --mtp-only (block_count still counts the trunk).
-    The same seed gives the same weights in all three variants.
+    The same seed gives the same weights in all three variants. ``dims`` replaces the
+    hyperparameters (``n_vocab`` and ``arch``'s expert settings then come from it).
     """
     if mtp_only and not mtp:
         raise ValueError("mtp_only=True needs mtp=True")
     if arch not in ("qwen35", "qwen35moe"):
         raise ValueError(f"arch must be 'qwen35' or 'qwen35moe', got {arch!r}")
-    d = dataclasses.replace(TINY_QWEN35, n_vocab=n_vocab)
-    if arch == "qwen35moe":
+    d = dims or dataclasses.replace(TINY_QWEN35, n_vocab=n_vocab)
+    if arch == "qwen35moe" and dims is None:
         d = dataclasses.replace(d, n_expert=4, n_expert_used=2, n_ff_exp=64, n_ff_shexp=64)
     n_nextn = 1 if mtp else 0
     fill = RandomFill(seed)
@@ -422,11 +432,13 @@ def write_tiny_dense(
     seed: int = 0,
     n_vocab: int = 256,
     dtype: str = "f32",
+    dims: LlamaDims | None = None,
 ) -> Path:
-    """Random 2-layer llama (n_embd 64, 4 heads, 2 KV heads, n_ff 128), e.g. a draft model."""
-    d = LlamaDims(n_vocab=n_vocab)
+    """Random 2-layer llama (n_embd 64, 4 heads, 2 KV heads, n_ff 128), e.g. a draft model;
+    ``dims`` replaces the hyperparameters (``n_vocab`` included)."""
+    d = dims or LlamaDims(n_vocab=n_vocab)
     return write_random(path, "llama", llama_layout(d), lambda w: add_llama_kv(w, d),
-                        n_vocab=n_vocab, seed=seed, dtype=dtype, name="tiny-dense")
+                        n_vocab=d.n_vocab, seed=seed, dtype=dtype, name="tiny-dense")
 
 
 def write_random(
