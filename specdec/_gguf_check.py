@@ -555,6 +555,8 @@ def _check_vocab(lay: GGUFLayout) -> None:
         if missing:
             raise GGUFError(f"SPM vocabulary without byte tokens for {len(missing)} bytes "
                             f"(e.g. <0x{missing[0]:02X}>)")
+    if kind == "rwkv":
+        _check_rwkv_vocab(words)
     types = lay.kvs.get("tokenizer.ggml.token_type")
     if types is not None and types.type == T_ARRAY and types.arr_type == 5 and types.count == n:
         tt = array.array("i")
@@ -582,6 +584,48 @@ def _check_vocab(lay: GGUFLayout) -> None:
         if kv.key.startswith("tokenizer.ggml.") and kv.key.endswith("_token_id"):
             if kv.type not in _INT_TYPES:
                 raise GGUFError(f"metadata {kv.key} must be an integer")
+
+
+def _unescape_rwkv(token: bytes) -> bytes:
+    """llama.cpp's llama_unescape_rwkv_token, byte for byte (its hex digits unchecked too)."""
+    out = bytearray()
+    escaping, hex_left, acc = False, 0, 0
+    for c in token:
+        if hex_left:
+            acc = ((acc << 4) + ((c - 97 + 10) if c >= 97 else (c - 48))) & 0xFF
+            hex_left -= 1
+            if not hex_left:
+                out.append(acc)
+                acc = 0
+        elif escaping:
+            if c == 120:   # \xHH
+                hex_left = 2
+            else:
+                out.append({116: 9, 110: 10, 114: 13}.get(c, c))
+            escaping = False
+        elif c == 92:
+            escaping = True
+        else:
+            out.append(c)
+    return bytes(out)
+
+
+def _check_rwkv_vocab(words: List[bytes]) -> None:
+    """llama.cpp's RWKV tokenizer matches the longest token from each position; when a byte
+    begins some token but is no token itself and no longer match completes, it restarts
+    from position 0 and loops forever (appending to its output until memory runs out)."""
+    firsts, singles = set(), set()
+    for w in words:
+        u = _unescape_rwkv(w)
+        if u:
+            firsts.add(u[0])
+            if len(u) == 1:
+                singles.add(u[0])
+    missing = sorted(firsts - singles)
+    if missing:
+        raise GGUFError(f"RWKV vocabulary: {len(missing)} bytes begin tokens without being tokens "
+                        f"themselves (e.g. {bytes([missing[0]])!r}); llama.cpp's RWKV tokenizer "
+                        "never ends on text with them")
 
 
 def check_layout(lay: GGUFLayout) -> str:

@@ -65,6 +65,11 @@ def bert_tokenizer(m):
     m.put("tokenizer.ggml.model", 8, "bert")
 
 
+def rwkv_tokenizer(m):
+    """RWKV over tokens "tok_0".."tok_255": 't' begins tokens but is none itself."""
+    m.put("tokenizer.ggml.model", 8, "rwkv")
+
+
 def tensor_type(suffix, new_type):
     """Every tensor named ``*suffix`` retyped (data resized to the new type's bytes)."""
     sizes = {1: (1, 2), 30: (1, 2), 15: (256, 292), 9: (32, 36), 26: (1, 4), 28: (1, 8)}
@@ -122,6 +127,8 @@ KINDS = {
     "13-attention-interval-5": (qwen35(full_attention_interval=5), unchanged),
     "13-attention-interval-100": (qwen35(full_attention_interval=100), unchanged),
     "13-one-layer": (qwen35(n_layer=1), unchanged),
+    # found by the long fuzz: a hang, not a death (the tokenizer restarts from position 0)
+    "16-rwkv-tokenizer-never-ends": ("dense", rwkv_tokenizer),
     "15-i32-matrix": ("dense", tensor_type("blk.1.attn_k.weight", 26)),
     "15-f64-embedding": ("dense", tensor_type("token_embd.weight", 28)),
     "15-bf16-conv-moe": ("qwen35moe", tensor_type("ssm_conv1d.weight", 30)),
@@ -158,7 +165,7 @@ def test_bad_file_raises(kind, bases, tmp_path):
     p = tmp_path / f"{kind}.gguf"
     p.write_bytes(dump(m))
     with pytest.raises(RAISES) as ei:
-        Model(p)
+        Model(p).tokenize("tok_1 tok_2")
         use(p)
         if m.arch in specdec._core.MTP_ARCHS:
             use(p, mtp=True)
