@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 from ._gguf_check import GGUFError
 from .cache import cache_dir
@@ -145,7 +145,7 @@ def _child(path: str) -> int:
     return 0
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
         print("usage: python -m specdec.probe MODEL.gguf", file=sys.stderr)
