@@ -42,14 +42,18 @@ def test_mutated_gguf_files_never_crash(n_files, tiny_dense_path, tiny_qwen35_pa
     assert set(rep.errors) <= {"GGUFError", "ValueError", "LlamaAbortError"}, rep.errors
 
 
-def test_mutated_gemma_header_never_crashes(gemma_path):
+def test_mutated_gemma_header_never_crashes(gemma_path, tmp_path):
     """Gemma's real header (262k-token SPM vocabulary, its hyperparameters and tensor infos)
     mutated, over zero weights (a sparse file: each case costs a header, not 250 MB)."""
+    base = tmp_path / "gemma-zeros.gguf"
+    with open(base, "wb") as f:
+        gguf_fuzz.header_base(gemma_path).write(f)
+    assert specdec.Model(base).arch == "gemma3"   # the unmutated base loads
     n = max(12, N_FILES // 10)
     rep = gguf_fuzz.run([f"header:{gemma_path}"], n, seed=SEED, batch=n, case_timeout=300)
     print("\n" + rep.summary())
     assert not rep.crashes, rep.crashes
-    assert rep.cases == n and rep.loaded > 0
+    assert rep.cases == n
 
 
 def test_mutation_roundtrip_and_determinism(tiny_qwen35_path):
