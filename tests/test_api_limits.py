@@ -18,11 +18,6 @@ REF_PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
-def dense(tiny_dense_path):
-    return specdec.Model(tiny_dense_path)
-
-
-@pytest.fixture(scope="module")
 def qwen35(tiny_qwen35_nomtp_path):
     return specdec.Model(tiny_qwen35_nomtp_path)
 
@@ -37,18 +32,18 @@ def _decode(ctx, n, n_out, seq=0, pos0=0):
 # --- the 8 API cases of issue 17 -------------------------------------------------------------
 
 
-def test_vocab_compatible_none(dense):
+def test_vocab_compatible_none(tiny_dense):
     with pytest.raises(TypeError):
-        dense.vocab_compatible(None)
-    assert dense.vocab_compatible(dense)
+        tiny_dense.vocab_compatible(None)
+    assert tiny_dense.vocab_compatible(tiny_dense)
 
 
-def test_more_output_rows_than_n_outputs_max(dense):
-    ctx = Context(dense, n_ctx=256, n_outputs_max=1)
+def test_more_output_rows_than_n_outputs_max(tiny_dense):
+    ctx = Context(tiny_dense, n_ctx=256, n_outputs_max=1)
     with pytest.raises(ValueError, match="n_outputs_max"):
         _decode(ctx, 3, 3)
     _decode(ctx, 3, 1)          # one output row fits, and the context is still usable
-    assert ctx.logits(2).shape == (dense.n_vocab,)
+    assert ctx.logits(2).shape == (tiny_dense.n_vocab,)
 
 
 @pytest.mark.parametrize("n_batch", [512, 2048])
@@ -76,9 +71,9 @@ def test_n_rs_seq_64_then_two_tokens(qwen35):
     assert ctx.seq_rm(0, 1, -1)
 
 
-def test_logits_view_after_close(dense):
+def test_logits_view_after_close(tiny_dense):
     """A view keeps its context's memory: read after close() it holds what it held before."""
-    ctx = Context(dense, n_ctx=256)
+    ctx = Context(tiny_dense, n_ctx=256)
     _decode(ctx, 4, 2)
     view = ctx.logits(3)
     rows = ctx.logits(2)
@@ -94,8 +89,8 @@ def test_logits_view_after_close(dense):
     ctx.close()                 # twice is fine
 
 
-def test_view_outlives_its_context_object(dense):
-    view = Context(dense, n_ctx=256)
+def test_view_outlives_its_context_object(tiny_dense):
+    view = Context(tiny_dense, n_ctx=256)
     _decode(view, 3, 1)
     view = view.logits(2)       # the only reference left to the context is the view's
     gc.collect()
@@ -109,8 +104,8 @@ BAD_INTS = [None, 1.5, "3", True, 2**31, -2**31 - 1, 2**64, [1]]
 
 
 @pytest.mark.parametrize("bad", BAD_INTS, ids=repr)
-def test_context_int_arguments(dense, bad):
-    ctx = Context(dense, n_ctx=256, n_seq_max=2, n_batch=16)
+def test_context_int_arguments(tiny_dense, bad):
+    ctx = Context(tiny_dense, n_ctx=256, n_seq_max=2, n_batch=16)
     _decode(ctx, 3, 1)
     calls = [lambda: ctx.logits(bad), lambda: ctx.seq_rm(bad), lambda: ctx.seq_rm(0, bad),
              lambda: ctx.seq_cp(bad, 1), lambda: ctx.seq_keep(bad), lambda: ctx.seq_pos_max(bad),
@@ -124,24 +119,24 @@ def test_context_int_arguments(dense, bad):
         if bad is None and kw in ("n_ubatch", "n_threads"):
             continue            # None: the default
         with pytest.raises((TypeError, ValueError)):
-            Context(dense, **{kw: bad})
+            Context(tiny_dense, **{kw: bad})
     assert int(np.argmax(ctx.logits(2))) >= 0
 
 
 @pytest.mark.parametrize("bad", [None, 5, 1.0, b"\xff", object()], ids=repr)
-def test_model_arguments(dense, bad):
-    for call in (lambda: dense.vocab_compatible(bad), lambda: dense.meta(bad),
-                 lambda: specdec.Model(bad), lambda: dense.token_text(bad),
-                 lambda: dense.detokenize(bad), lambda: dense.tokenize(bad)):
+def test_model_arguments(tiny_dense, bad):
+    for call in (lambda: tiny_dense.vocab_compatible(bad), lambda: tiny_dense.meta(bad),
+                 lambda: specdec.Model(bad), lambda: tiny_dense.token_text(bad),
+                 lambda: tiny_dense.detokenize(bad), lambda: tiny_dense.tokenize(bad)):
         try:
             call()
         except (TypeError, ValueError, FileNotFoundError):
             pass
-    assert dense.meta("general.architecture") == "llama"
+    assert tiny_dense.meta("general.architecture") == "llama"
 
 
-def test_integer_overflow_is_value_error(dense):
-    dec = Decoder(dense, drafter="ngram", n_ctx=256)
+def test_integer_overflow_is_value_error(tiny_dense):
+    dec = Decoder(tiny_dense, drafter="ngram", n_ctx=256)
     for kw in ({"max_tokens": 2**31}, {"max_tokens": 2**64},
                {"sampling": {"temperature": 0.5, "top_k": 2**31}},
                {"sampling": {"temperature": 0.5, "top_k": 2**63}},
@@ -151,11 +146,11 @@ def test_integer_overflow_is_value_error(dense):
     for kw in ({"n_ctx": 2**31}, {"n_batch": 2**40}, {"n_threads": 2**33}, {"n_seq_max": 2**31},
                {"n_ubatch": 2**32}):
         with pytest.raises(ValueError):
-            Decoder(dense, **kw)
-    ctx = Context(dense, n_ctx=256)
+            Decoder(tiny_dense, **kw)
+    ctx = Context(tiny_dense, n_ctx=256)
     for call in (lambda: ctx.seq_rm(0, 2**31), lambda: ctx.logits(2**40),
                  lambda: ctx.seq_cp(0, 0, 2**40), lambda: Batch(2**31),
-                 lambda: specdec.Model(dense.path, n_gpu_layers=2**31)):
+                 lambda: specdec.Model(tiny_dense.path, n_gpu_layers=2**31)):
         with pytest.raises(ValueError):
             call()
     assert dec.generate(REF_PROMPT, max_tokens=3).finish_reason == "length"
@@ -165,9 +160,9 @@ def test_integer_overflow_is_value_error(dense):
 
 
 @pytest.mark.parametrize("n_ctx", [1, 2, 8, 32, 300])
-def test_small_context_holds_what_was_asked(dense, n_ctx):
+def test_small_context_holds_what_was_asked(tiny_dense, n_ctx):
     """llama.cpp allocates whole multiples of 256 positions; the context holds n_ctx."""
-    ctx = Context(dense, n_ctx=n_ctx)
+    ctx = Context(tiny_dense, n_ctx=n_ctx)
     assert ctx.n_ctx == n_ctx and ctx.n_ctx_seq == n_ctx
     assert ctx.n_batch == min(n_ctx, 512)
     _decode(ctx, min(n_ctx, 4), 1)
@@ -176,13 +171,13 @@ def test_small_context_holds_what_was_asked(dense, n_ctx):
 
 
 @pytest.mark.parametrize("n_ctx", [1, 2, 5])
-def test_small_context_with_a_drafter_says_n_ctx(dense, n_ctx):
+def test_small_context_with_a_drafter_says_n_ctx(tiny_dense, n_ctx):
     with pytest.raises(ValueError, match=f"n_ctx={n_ctx} is too small for drafts of n_max=4"):
-        Decoder(dense, drafter="ngram", n_max=4, n_ctx=n_ctx)
-    dec = Decoder(dense, drafter="ngram", n_max=4, n_ctx=8)
+        Decoder(tiny_dense, drafter="ngram", n_max=4, n_ctx=n_ctx)
+    dec = Decoder(tiny_dense, drafter="ngram", n_max=4, n_ctx=8)
     r = dec.generate([1, 2], max_tokens=50)
     assert r.finish_reason in ("context", "length") and len(r.tokens) == 8 - 2 + 1
-    assert r.tokens == Decoder(dense, n_ctx=8).generate([1, 2], max_tokens=50).tokens
+    assert r.tokens == Decoder(tiny_dense, n_ctx=8).generate([1, 2], max_tokens=50).tokens
 
 
 # --- drafters see the target read-only ----------------------------------------------------
@@ -212,25 +207,25 @@ class Meddler(Drafter):
     lambda t: setattr(t, "_ctx", None), lambda t: t._ctx,
 ], ids=["seq_rm", "clear", "seq_rm_tail", "decode", "load_state", "close", "set_nextn",
         "seq_keep", "interrupt", "set_ctx", "get_ctx"])
-def test_drafter_cannot_mutate_the_target(dense, attack):
-    ref = Decoder(dense, n_ctx=256).generate(REF_PROMPT, max_tokens=12).tokens
+def test_drafter_cannot_mutate_the_target(tiny_dense, attack):
+    ref = Decoder(tiny_dense, n_ctx=256).generate(REF_PROMPT, max_tokens=12).tokens
     d = Meddler(attack)
-    dec = Decoder(dense, drafter=d, n_ctx=256, lazy_logits=False)
+    dec = Decoder(tiny_dense, drafter=d, n_ctx=256, lazy_logits=False)
     assert isinstance(d.target, TargetView)
     with pytest.raises(DrafterError, match="meddler"):
         dec.generate(REF_PROMPT, max_tokens=12)
     # switched off, the same drafter's reads work and the output is the target's own
     d.attack = None
     assert dec.generate(REF_PROMPT, max_tokens=12).tokens == ref
-    assert d.seen[0] == dense.n_vocab and d.seen[1] == "llama"
+    assert d.seen[0] == tiny_dense.n_vocab and d.seen[1] == "llama"
     with pytest.raises(AttributeError):
         d.target = dec.ctx
 
 
-def test_guarded_drafter_gets_the_view_too(dense):
-    ref = Decoder(dense, n_ctx=256).generate(REF_PROMPT, max_tokens=12).tokens
+def test_guarded_drafter_gets_the_view_too(tiny_dense):
+    ref = Decoder(tiny_dense, n_ctx=256).generate(REF_PROMPT, max_tokens=12).tokens
     d = Meddler(lambda t: t.seq_rm(0))
-    dec = Decoder(dense, drafter=d, n_ctx=256, drafter_timeout=5.0, on_drafter_error="disable")
+    dec = Decoder(tiny_dense, drafter=d, n_ctx=256, drafter_timeout=5.0, on_drafter_error="disable")
     with pytest.warns(RuntimeWarning, match="read-only"):
         r = dec.generate(REF_PROMPT, max_tokens=12)
     assert r.tokens == ref

@@ -45,6 +45,20 @@ def _prompts(plain):
     return out
 
 
+def _equals_exact_plain(target, spec, *, n_prompts, max_tokens):
+    """Every prompt's output of ``spec`` equals exact plain output; returns the summed
+    (drafted, accepted, redecodes)."""
+    plain = Decoder(target, exact=True, n_ctx=512)
+    drafted = accepted = redecodes = 0
+    for p in _prompts(plain)[:n_prompts]:
+        res = spec.generate(p, max_tokens=max_tokens)
+        assert res.tokens == plain.generate(p, max_tokens=max_tokens).tokens
+        drafted += res.stats.drafted
+        accepted += res.stats.accepted
+        redecodes += res.stats.redecodes
+    return drafted, accepted, redecodes
+
+
 def test_targets_roll_back_by_checkpoint(target):
     assert (target.is_recurrent or target.is_hybrid) and not target.supports_partial_rollback
     with pytest.raises(ValueError, match="checkpoints"):
@@ -57,29 +71,15 @@ def test_targets_roll_back_by_checkpoint(target):
 
 @pytest.mark.parametrize("n_max", [3, 8])
 def test_exact_ngram_equals_plain(target, n_max):
-    plain = Decoder(target, exact=True, n_ctx=512)
     spec = Decoder(target, drafter="ngram", n_max=n_max, adaptive=True, exact=True, n_ctx=512)
-    redecodes = accepted = 0
-    for p in _prompts(plain):
-        want = plain.generate(p, max_tokens=64).tokens
-        res = spec.generate(p, max_tokens=64)
-        assert res.tokens == want
-        redecodes += res.stats.redecodes
-        accepted += res.stats.accepted
+    drafted, accepted, redecodes = _equals_exact_plain(target, spec, n_prompts=None, max_tokens=64)
     assert redecodes > 0 and accepted > 0
 
 
 def test_exact_draft_model_equals_plain(mamba2, draft_path):
-    plain = Decoder(mamba2, exact=True, n_ctx=512)
     spec = Decoder(mamba2, drafter=f"draft:{draft_path}", n_max=4, adaptive=True, exact=True,
                    n_ctx=512)
-    drafted = redecodes = 0
-    for p in _prompts(plain)[:4]:
-        want = plain.generate(p, max_tokens=48).tokens
-        res = spec.generate(p, max_tokens=48)
-        assert res.tokens == want
-        drafted += res.stats.drafted
-        redecodes += res.stats.redecodes
+    drafted, accepted, redecodes = _equals_exact_plain(mamba2, spec, n_prompts=4, max_tokens=48)
     assert drafted > 0 and redecodes > 0
 
 
