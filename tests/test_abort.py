@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import subprocess
+import tempfile
 import sys
 import threading
 
@@ -156,7 +157,8 @@ for _ in range(200):
 print((rss() - r0) / 2**20)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=dict(os.environ, MALLOC_ARENA_MAX="1"), timeout=300)
+                         env=dict(os.environ, MALLOC_ARENA_MAX="1"), timeout=300,
+                         cwd=tempfile.gettempdir())
     assert out.returncode == 0, out.stderr[-2000:]
     grew = float(out.stdout.strip().splitlines()[-1])
     assert grew < 20, f"RSS grew {grew:.1f} MB over 200 aborted decodes"
@@ -182,6 +184,7 @@ b = Batch(4); b.add(1, 0, 0, True)
 ctx.decode(b)
 print("survived")
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=tempfile.gettempdir())
     assert out.returncode != 0 and "survived" not in out.stdout
     assert "ggml-cpu" in out.stderr and "GGML_ASSERT" in out.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 
@@ -31,7 +32,8 @@ def _free_port() -> int:
 def _start_server(port: int) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "specdec", "rpc-server", "--port", str(port),
                              "--threads", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            cwd=tempfile.gettempdir())
     deadline = time.time() + 60
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -353,11 +355,13 @@ def test_cli_rpc_flags(gemma_path):
         out = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path,
                               "-p", TEXT, "-n", "8", "-d", "ngram", "-ngl", "10", "--rpc",
                               f"127.0.0.1:{port}", "--json"],
-                             capture_output=True, text=True, timeout=300)
+                             capture_output=True, text=True, timeout=300,
+                             cwd=tempfile.gettempdir())
     finally:
         proc.kill()
         proc.wait()
     assert out.returncode == 0, out.stderr
     bad = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path, "-p", "x",
-                          "-ngl", "3"], capture_output=True, text=True, timeout=300)
+                          "-ngl", "3"], capture_output=True, text=True, timeout=300,
+                         cwd=tempfile.gettempdir())
     assert bad.returncode == 1 and "n_gpu_layers=3" in bad.stderr

@@ -7,6 +7,7 @@ background by a non-interactive shell inherits SIGINT ignored) and real signals 
 """
 import os
 import subprocess
+import tempfile
 import sys
 import textwrap
 
@@ -31,7 +32,7 @@ HEADER = textwrap.dedent("""
 
 def _run(body: str, *args: str, timeout: float = 300) -> list:
     p = subprocess.run([sys.executable, "-c", HEADER + textwrap.dedent(body), *args],
-                       capture_output=True, text=True, timeout=timeout,
+                       capture_output=True, text=True, timeout=timeout, cwd=tempfile.gettempdir(),
                        env=dict(os.environ, MALLOC_ARENA_MAX="1"))
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     return p.stdout.split()
