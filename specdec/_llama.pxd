@@ -111,6 +111,10 @@ cdef extern from "llama.h" nogil:
         LLAMA_FLASH_ATTN_TYPE_DISABLED
         LLAMA_FLASH_ATTN_TYPE_ENABLED
 
+    ctypedef struct llama_chat_message:
+        const char * role
+        const char * content
+
     ctypedef struct llama_batch:
         int32_t n_tokens
         llama_token * token
@@ -183,6 +187,10 @@ cdef extern from "llama.h" nogil:
     void llama_backend_init()
     void llama_log_set(ggml_log_callback log_callback, void * user_data)
     const char * llama_print_system_info()
+    int32_t llama_chat_apply_template(const char * tmpl, const llama_chat_message * chat,
+                                      size_t n_msg, cbool add_ass, char * buf,
+                                      int32_t length) except +
+    int32_t llama_chat_builtin_templates(const char ** output, size_t len)
     size_t llama_max_devices()
     cbool llama_supports_gpu_offload()
     cbool llama_supports_rpc()
