@@ -1,5 +1,5 @@
 """Command line: ``specdec generate``, ``specdec drafters``, ``specdec cache``, ``specdec bench``,
-``specdec rpc-server``, ``specdec chat``."""
+``specdec rpc-server``, ``specdec chat``, ``specdec serve``."""
 from __future__ import annotations
 
 import argparse
@@ -271,6 +271,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     _add_rpc_server(sub)
     from .chat_cli import add_parser as _add_chat
     _add_chat(sub)
+    from .serve.cli import add_parser as _add_serve
+    _add_serve(sub)
     from .benchmark.cli import add_parser as _add_bench
     _add_bench(sub)
     args = parser.parse_args(argv)
@@ -292,6 +294,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "chat":
             from .chat_cli import run as _chat
             return _chat(args)
+        if args.command == "serve":
+            from .serve.cli import run as _serve
+            return _serve(args)
         return _drafters(args)
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
         print(f"specdec: error: {e}", file=sys.stderr)

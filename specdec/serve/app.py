@@ -1,0 +1,262 @@
+"""The ASGI app: OpenAI's completions and chat endpoints, models, health and metrics.
+
+Every error is answered in OpenAI's error shape with its status (400 bad body, 401 bad key,
+404 unknown model or path, 413 body or prompt too long); an error inside a generation ends
+that request only. A stream whose client goes away is cancelled, which frees its slot at the
+next round.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .._core import ContextFullError
+from ..chat import chat_prompt
+from .backend import Job, Work
+from .metrics import Metrics
+from .protocol import (APIError, Envelope, Spec, bad, chat_spec, chunk, completion_spec,
+                       finish_reason, full_response, usage_chunk)
+
+#: the largest request body read (bytes)
+MAX_BODY = 8 << 20
+#: how often a non-streaming request checks that its client is still there (seconds)
+DISCONNECT_POLL_S = 0.25
+
+
+def _error(e: APIError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+def _sse(obj: Dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+class Server:
+    """The handlers, bound to one backend, its model's names and the server's options."""
+
+    def __init__(self, backend: Any, model_names: List[str], *, api_key: Optional[str] = None,
+                 chat_template: Optional[str] = None) -> None:
+        self.backend = backend
+        self.models = model_names
+        self.api_key = api_key
+        self.chat_template = chat_template
+        self.metrics = Metrics(backend)
+        self.started = int(time.time())
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _auth(self, request: Request) -> None:
+        if self.api_key is None:
+            return
+        given = request.headers.get("authorization", "")
+        if not (given.startswith("Bearer ")
+                and hmac.compare_digest(given[7:].strip().encode(), self.api_key.encode())):
+            raise APIError(401, "Incorrect or missing API key (Authorization: Bearer KEY)",
+                           code="invalid_api_key")
+
+    async def _body(self, request: Request) -> Any:
+        size = request.headers.get("content-length")
+        if size is not None and size.isdigit() and int(size) > MAX_BODY:
+            raise APIError(413, f"request body over {MAX_BODY} bytes", code="body_too_large")
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > MAX_BODY:
+                raise APIError(413, f"request body over {MAX_BODY} bytes", code="body_too_large")
+        try:
+            return json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise bad(f"the request body is not valid JSON: {e}") from None
+
+    def _endpoint(self, name: str, handler: Callable[[Request], Awaitable[Response]]
+                  ) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            try:
+                if name != "health":
+                    self._auth(request)
+                resp = await handler(request)
+            except APIError as e:
+                resp = _error(e)
+            self.metrics.requests.labels(name, str(resp.status_code)).inc()
+            return resp
+        return run
+
+    def routes(self) -> List[Route]:
+        return [
+            Route("/health", self._endpoint("health", self.health), methods=["GET"]),
+            Route("/metrics", self._endpoint("metrics", self.metrics_text), methods=["GET"]),
+            Route("/v1/models", self._endpoint("models", self.list_models), methods=["GET"]),
+            Route("/v1/models/{model:path}", self._endpoint("models", self.get_model),
+                  methods=["GET"]),
+            Route("/v1/completions", self._endpoint("completions", self.completions),
+                  methods=["POST"]),
+            Route("/v1/chat/completions", self._endpoint("chat", self.chat), methods=["POST"]),
+        ]
+
+    # --- endpoints ------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        b = self.backend
+        return JSONResponse({"status": "ok", "slots": b.slots, "running": b.active,
+                             "queued": b.queued})
+
+    async def metrics_text(self, request: Request) -> Response:
+        return Response(self.metrics.render(),
+                        media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def _model_card(self, name: str) -> Dict[str, Any]:
+        return {"id": name, "object": "model", "created": self.started, "owned_by": "specdec"}
+
+    async def list_models(self, request: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [self._model_card(m) for m in self.models]})
+
+    async def get_model(self, request: Request) -> Response:
+        name = request.path_params["model"]
+        if name not in self.models:
+            raise APIError(404, f"The model '{name:.200}' does not exist", param="model",
+                           code="model_not_found")
+        return JSONResponse(self._model_card(name))
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, completion_spec(await self._body(request),
+                                                             self.models))
+
+    async def chat(self, request: Request) -> Response:
+        return await self._generate(request, chat_spec(await self._body(request), self.models))
+
+    # --- generation -------------------------------------------------------------------------
+
+    def _tokens(self, spec: Spec) -> Tuple[List[int], List[str]]:
+        """Prompt tokens and the stop strings the chat template adds."""
+        model = self.backend.model
+        if spec.kind == "chat":
+            try:
+                p = chat_prompt(model, spec.prompt, chat_template=self.chat_template,
+                                **spec.template_vars)
+            except (ValueError, TypeError) as e:
+                raise bad(str(e), "messages") from None
+            return p.tokens, p.stop
+        if isinstance(spec.prompt, str):
+            return model.tokenize(spec.prompt, add_special=True, parse_special=True), []
+        n_vocab = model.n_vocab
+        if not all(0 <= t < n_vocab for t in spec.prompt):
+            raise bad(f"prompt token ids must be in [0, {n_vocab})", "prompt")
+        return list(spec.prompt), []
+
+    def _work(self, spec: Spec) -> Work:
+        try:
+            self.backend.check_options(spec.options)
+        except (ValueError, TypeError) as e:
+            raise bad(str(e), "specdec") from None
+        if spec.logprobs >= 0 and not getattr(self.backend, "logprobs", False):
+            raise bad("logprobs are not available on this server", "logprobs")
+        tokens, stops = self._tokens(spec)
+        room = self.backend.n_ctx_seq - len(tokens)
+        if room < 1:
+            raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "
+                           f"holds {self.backend.n_ctx_seq} per request, generation included",
+                           param="prompt" if spec.kind == "completion" else "messages",
+                           code="context_length_exceeded")
+        return Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
+                    sampling=spec.sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
+                    options=spec.options)
+
+    async def _generate(self, request: Request, spec: Spec) -> Response:
+        work = self._work(spec)
+        arrived = time.monotonic()
+        job = self.backend.submit(work)
+        job.on_done = lambda res: self.metrics.finished(res.stats)
+        env = Envelope(spec.kind, spec.model)
+        if spec.stream:
+            return StreamingResponse(self._events(job, env, spec, arrived),
+                                     media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        return await self._whole(request, job, env, arrived)
+
+    async def _whole(self, request: Request, job: Job, env: Envelope, arrived: float
+                     ) -> Response:
+        task = asyncio.ensure_future(self._drain(job, arrived))
+        try:
+            while not task.done():
+                await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+                if not task.done() and await request.is_disconnected():
+                    job.cancel()
+            res = task.result()
+        except asyncio.CancelledError:
+            job.cancel()
+            raise
+        except (ValueError, TypeError) as e:
+            raise bad(str(e)) from None
+        except Exception as e:
+            raise APIError(500, f"generation failed: {type(e).__name__}: {e}",
+                           type="server_error") from None
+        return JSONResponse(full_response(env, res, None))
+
+    async def _drain(self, job: Job, arrived: float) -> Any:
+        n = 0
+        async for piece in job:
+            if n == 0:
+                self.metrics.ttft.observe(time.monotonic() - arrived)
+            self.metrics.tokens(piece.n_tokens - n)
+            n = piece.n_tokens
+        return job.result
+
+    async def _events(self, job: Job, env: Envelope, spec: Spec, arrived: float
+                      ) -> AsyncIterator[str]:
+        try:
+            if spec.kind == "chat":
+                yield _sse(chunk(env, "", first=True))
+            n, offset = 0, 0
+            try:
+                async for piece in job:
+                    if n == 0:
+                        self.metrics.ttft.observe(time.monotonic() - arrived)
+                    self.metrics.tokens(piece.n_tokens - n)
+                    n = piece.n_tokens
+                    yield _sse(chunk(env, piece.text, logprobs=piece.logprobs, offset=offset))
+                    offset += len(piece.text)
+            except (ValueError, TypeError, ContextFullError) as e:
+                yield _sse(bad(str(e)).body())
+                yield "data: [DONE]\n\n"
+                return
+            except Exception as e:
+                yield _sse(APIError(500, f"generation failed: {type(e).__name__}: {e}",
+                                    type="server_error").body())
+                yield "data: [DONE]\n\n"
+                return
+            res = job.result
+            assert res is not None
+            yield _sse(chunk(env, None, finish=finish_reason(res)))
+            if spec.include_usage:
+                yield _sse(usage_chunk(env, res.stats))
+            yield "data: [DONE]\n\n"
+        finally:
+            job.cancel()    # a client gone mid-stream: the slot is freed at the next round
+
+
+def create_app(backend: Any, model_names: List[str], *, api_key: Optional[str] = None,
+               chat_template: Optional[str] = None) -> Starlette:
+    """The server as an ASGI app (run it with uvicorn, or ``specdec serve``)."""
+    server = Server(backend, model_names, api_key=api_key, chat_template=chat_template)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = "not_found" if exc.status_code == 404 else None
+        return _error(APIError(exc.status_code, str(exc.detail), code=code))
+
+    async def server_error(request: Request, exc: Exception) -> Response:
+        return _error(APIError(500, f"{type(exc).__name__}: {exc}", type="server_error"))
+
+    app = Starlette(routes=server.routes(),
+                    exception_handlers={HTTPException: http_error, Exception: server_error})
+    app.state.server = server
+    return app

@@ -1,0 +1,309 @@
+"""The OpenAI wire format: request bodies checked into :class:`Job` specs, results and
+stream chunks shaped as OpenAI's, and errors in its error shape.
+
+Parameters a request may send but this server cannot honour (``n`` > 1, penalties,
+``logit_bias``, tools, ``echo``, ``suffix``) are refused with a 400 naming them rather than
+silently ignored; unknown fields are ignored, as OpenAI-compatible servers do.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..config import Sampling
+from ..results import GenerationResult, Stats
+
+#: OpenAI's limits
+MAX_STOP = 4
+MAX_TOP_LOGPROBS = 20
+MAX_COMPLETION_LOGPROBS = 5
+#: OpenAI's default for /v1/completions; chat runs to its end of turn or the context
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+#: the request-body field for specdec's own per-request options
+EXTENSION = "specdec"
+
+
+class APIError(Exception):
+    """An error answered in OpenAI's shape: ``{"error": {message, type, param, code}}``."""
+
+    def __init__(self, status: int, message: str, *, param: Optional[str] = None,
+                 code: Optional[str] = None, type: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type
+
+    def body(self) -> Dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param,
+                          "code": self.code}}
+
+
+def bad(message: str, param: Optional[str] = None, code: Optional[str] = None) -> APIError:
+    return APIError(400, message, param=param, code=code)
+
+
+@dataclass
+class Spec:
+    """A checked request: what the backend runs and how the answer is shaped."""
+
+    kind: str                          # "completion" | "chat"
+    model: str
+    prompt: Any                        # text or token ids (completions); messages (chat)
+    max_tokens: Optional[int]          # None: to the end of the context
+    sampling: Sampling
+    stop: List[str]
+    stream: bool = False
+    include_usage: bool = False
+    logprobs: int = -1                 # -1 none, 0 chosen token only, k: top-k too
+    options: Dict[str, Any] = field(default_factory=dict)   # the ``specdec`` extension
+    template_vars: Dict[str, Any] = field(default_factory=dict)
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(body: Mapping[str, Any], name: str, lo: float, hi: float, default: float) -> float:
+    v = body.get(name)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+            or not lo <= v <= hi:
+        raise bad(f"'{name}' must be a number in [{lo}, {hi}], got {v!r:.40}", name)
+    return float(v)
+
+
+def _int(body: Mapping[str, Any], name: str, lo: int, hi: int) -> Optional[int]:
+    v = body.get(name)
+    if v is None:
+        return None
+    if not _is_int(v) or not lo <= v <= hi:
+        raise bad(f"'{name}' must be an integer in [{lo}, {hi}], got {v!r:.40}", name)
+    return int(v)
+
+
+def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+    n = body.get("n")
+    if n is not None and n != 1:
+        raise bad("only n=1 is supported", "n")
+    best_of = body.get("best_of")
+    if best_of is not None and best_of != 1:
+        raise bad("only best_of=1 is supported", "best_of")
+    for name in ("presence_penalty", "frequency_penalty"):
+        v = body.get(name)
+        if v is not None and v != 0:
+            raise bad(f"'{name}' is not supported (only 0)", name)
+    if body.get("logit_bias"):
+        raise bad("'logit_bias' is not supported", "logit_bias")
+    if body.get("tools") or body.get("functions"):
+        raise bad("tools and functions are not supported", "tools")
+    if body.get("echo"):
+        raise bad("'echo' is not supported", "echo")
+    if body.get("suffix"):
+        raise bad("'suffix' is not supported", "suffix")
+    fmt = body.get("response_format")
+    if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
+        raise bad("only response_format {'type': 'text'} is supported", "response_format")
+
+
+def _stop(body: Mapping[str, Any]) -> List[str]:
+    v = body.get("stop")
+    if v is None:
+        return []
+    if isinstance(v, str):
+        v = [v]
+    if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v) or len(v) > MAX_STOP:
+        raise bad(f"'stop' must be a non-empty string or a list of at most {MAX_STOP} of them",
+                  "stop")
+    return list(v)
+
+
+def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
+    v = body.get(EXTENSION)
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise bad(f"'{EXTENSION}' must be an object", EXTENSION)
+    return dict(v)
+
+
+def _sampling(body: Mapping[str, Any]) -> Sampling:
+    seed = body.get("seed")
+    if seed is not None and not _is_int(seed):
+        raise bad(f"'seed' must be an integer, got {seed!r:.40}", "seed")
+    top_k = _int(body, "top_k", 0, 1 << 30)
+    top_p = _number(body, "top_p", 0.0, 1.0, 1.0)
+    if top_p == 0:
+        raise bad("'top_p' must be in (0, 1]", "top_p")
+    try:
+        return Sampling(temperature=_number(body, "temperature", 0.0, 2.0, 1.0), top_p=top_p,
+                        top_k=top_k or 0, min_p=_number(body, "min_p", 0.0, 1.0, 0.0),
+                        seed=None if seed is None else seed % 2**64)
+    except (TypeError, ValueError) as e:
+        raise bad(str(e)) from None
+
+
+def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
+    if not isinstance(body, Mapping):
+        raise bad("the request body must be a JSON object")
+    model = body.get("model")
+    if model is None:
+        model = models[0]     # OpenAI requires it; a one-model server need not
+    if not isinstance(model, str):
+        raise bad("'model' must be a string", "model")
+    if model not in models:
+        raise APIError(404, f"The model '{model:.200}' does not exist (this server has: "
+                       f"{', '.join(models)})", param="model", code="model_not_found")
+    _refuse_unsupported(body)
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad("'stream' must be a boolean", "stream")
+    so = body.get("stream_options")
+    if so is not None and not isinstance(so, Mapping):
+        raise bad("'stream_options' must be an object", "stream_options")
+    return dict(kind=kind, model=model, stream=stream,
+                include_usage=bool(so and so.get("include_usage")),
+                sampling=_sampling(body), stop=_stop(body), options=_options(body))
+
+
+def completion_spec(body: Any, models: Sequence[str]) -> Spec:
+    """A ``/v1/completions`` body."""
+    common = _common(body, "completion", models)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]           # a batch of one
+    if isinstance(prompt, list):
+        if not prompt or not all(_is_int(t) for t in prompt):
+            raise bad("'prompt' must be a string, a list of token ids, or a list of one of "
+                      "them (batches are not supported)", "prompt")
+    elif not isinstance(prompt, str) or not prompt:
+        raise bad("'prompt' must be a non-empty string or a list of token ids", "prompt")
+    max_tokens = _int(body, "max_tokens", 1, 2**31 - 1)
+    logprobs = _int(body, "logprobs", 0, MAX_COMPLETION_LOGPROBS)
+    return Spec(prompt=prompt, logprobs=-1 if logprobs is None else logprobs,
+                max_tokens=COMPLETIONS_DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens,
+                **common)
+
+
+def chat_spec(body: Any, models: Sequence[str]) -> Spec:
+    """A ``/v1/chat/completions`` body (messages are checked when the template renders them)."""
+    common = _common(body, "chat", models)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty list", "messages")
+    max_tokens = _int(body, "max_completion_tokens", 1, 2**31 - 1)
+    if max_tokens is None:
+        max_tokens = _int(body, "max_tokens", 1, 2**31 - 1)
+    want = body.get("logprobs", False)
+    if not isinstance(want, bool) and want is not None:
+        raise bad("'logprobs' must be a boolean", "logprobs")
+    top = _int(body, "top_logprobs", 0, MAX_TOP_LOGPROBS)
+    if top is not None and not want:
+        raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
+    kwargs = body.get("chat_template_kwargs")
+    kwargs = {} if kwargs is None else kwargs
+    if not isinstance(kwargs, Mapping):
+        raise bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    return Spec(prompt=messages, max_tokens=max_tokens,
+                logprobs=(top or 0) if want else -1, template_vars=dict(kwargs), **common)
+
+
+# --- answers ----------------------------------------------------------------------------
+
+FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
+
+
+def finish_reason(res: GenerationResult) -> str:
+    return FINISH.get(res.finish_reason or "", "stop")
+
+
+def usage(st: Stats) -> Dict[str, Any]:
+    """OpenAI's token counts, and the speculation stats beside them."""
+    return {"prompt_tokens": st.n_prompt, "completion_tokens": st.n_generated,
+            "total_tokens": st.n_prompt + st.n_generated,
+            "speculation": {"drafted": st.drafted, "accepted": st.accepted,
+                            "acceptance_rate": st.acceptance_rate, "rounds": st.rounds,
+                            "draft_rounds": st.draft_rounds,
+                            "accepted_per_position": st.accepted_per_position,
+                            "drafted_per_position": st.drafted_per_position,
+                            "tokens_per_s": st.tokens_per_s,
+                            "t_prompt_s": st.t_prompt_s, "t_generate_s": st.t_generate_s}}
+
+
+@dataclass
+class Envelope:
+    """The fields every response and chunk of one request share."""
+
+    kind: str
+    model: str
+    id: str = ""
+    created: int = 0
+
+    def __post_init__(self) -> None:
+        self.id = ("chatcmpl-" if self.kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def wrap(self, obj: str, choices: List[Dict[str, Any]], **extra: Any) -> Dict[str, Any]:
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model,
+                "choices": choices, **extra}
+
+
+# logprobs: a token as (text, logprob, [(alt_text, alt_logprob), ...])
+TokenLP = Tuple[str, float, List[Tuple[str, float]]]
+
+
+def chat_logprobs(items: List[TokenLP]) -> Dict[str, Any]:
+    def one(text: str, lp: float) -> Dict[str, Any]:
+        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+    return {"content": [dict(one(t, lp), top_logprobs=[one(a, alp) for a, alp in top])
+                        for t, lp, top in items]}
+
+
+def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
+    offsets = []
+    for t, _, _ in items:
+        offsets.append(offset)
+        offset += len(t)
+    return {"tokens": [t for t, _, _ in items], "token_logprobs": [lp for _, lp, _ in items],
+            "top_logprobs": [dict(top) for _, _, top in items], "text_offset": offsets}
+
+
+def full_response(env: Envelope, res: GenerationResult,
+                  logprobs: Optional[List[TokenLP]]) -> Dict[str, Any]:
+    if env.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": res.text},
+                  "logprobs": chat_logprobs(logprobs) if logprobs is not None else None,
+                  "finish_reason": finish_reason(res)}
+        return env.wrap("chat.completion", [choice], usage=usage(res.stats))
+    choice = {"index": 0, "text": res.text,
+              "logprobs": completion_logprobs(logprobs, 0) if logprobs is not None else None,
+              "finish_reason": finish_reason(res)}
+    return env.wrap("text_completion", [choice], usage=usage(res.stats))
+
+
+def chunk(env: Envelope, text: Optional[str], *, first: bool = False,
+          finish: Optional[str] = None, logprobs: Optional[List[TokenLP]] = None,
+          offset: int = 0) -> Dict[str, Any]:
+    """One stream chunk: a piece of text, or (``finish``) the last one."""
+    if env.kind == "chat":
+        delta: Dict[str, Any] = {}
+        if first:
+            delta["role"] = "assistant"
+        if text is not None:
+            delta["content"] = text
+        choice = {"index": 0, "delta": delta, "finish_reason": finish,
+                  "logprobs": chat_logprobs(logprobs) if logprobs else None}
+        return env.wrap("chat.completion.chunk", [choice])
+    choice = {"index": 0, "text": text or "", "finish_reason": finish,
+              "logprobs": completion_logprobs(logprobs, offset) if logprobs else None}
+    return env.wrap("text_completion", [choice])
+
+
+def usage_chunk(env: Envelope, st: Stats) -> Dict[str, Any]:
+    obj = "chat.completion.chunk" if env.kind == "chat" else "text_completion"
+    return env.wrap(obj, [], usage=usage(st))
