@@ -21,16 +21,18 @@ from ._core import (
 )
 from ._gguf_check import GGUFError
 from .api import Decoder, Stream, generate, stream
+from .engine import AsyncStream, Engine, EngineClosed, RequestHandle
 from .config import Sampling, SpecConfig
 from .drafters import Drafter, DrafterError, register
 from .models import ModelNotAvailable, default_model_path
 from .probe import check_model
-from .results import GenerationResult, Stats
+from .results import GenerationResult, Piece, Stats, TokenLogprob
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError", "Decoder",
+    "AsyncStream", "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError",
+    "Decoder", "Engine", "EngineClosed", "Piece", "RequestHandle", "TokenLogprob",
     "Drafter", "DrafterError", "GGUFError", "GenerationResult", "LlamaAbortError", "Model",
     "ModelNotAvailable", "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView",
     "backends", "check_model", "default_model_path", "devices", "generate", "mtp_available",

@@ -6,245 +6,245 @@ One loop for every drafter, and for plain decoding (no drafter: every round
 verifies just the pending token). Built-in drafters are called through their C
 hooks, so a round enters Python only for Python drafters.
 
+The controller holds one sequence per slot of the target context. A request joins a
+free slot (``join``: its prompt is decoded, reusing the KV of a common prefix the
+slot still holds) and leaves it (``leave``) between rounds; every round (``step``)
+verifies all running sequences in one batched decode. Each sequence has its own
+sampling, stop strings, ``max_tokens``, drafters, draft-length policy and logprobs.
+
 Per sequence, ``last`` is the token sampled but not yet in the target's memory,
 and ``n_past`` the number of tokens that are. A round decodes
 ``[last, d1..dk]`` at ``n_past..``, keeps ``last, d1..da`` for the ``a`` drafts
-the target agrees with, emits ``d1..da`` and the target's own next token, and
-removes the rest from the target's memory.
+the target agrees with (``_verify.Verifier``), emits ``d1..da`` and the target's own
+next token (``_output.TextOutput``), and removes the rest from the target's memory.
 
 Recurrent and hybrid targets without partial rollback (mamba2, rwkv, jamba,
 qwen3next, ...) roll back by checkpoint: the sequence's recurrent state is saved
 before a verify that holds drafts; on a partial accept it is restored, the
 attention KV trimmed, and ``last, d1..da, y`` decoded again (see ``_redecode``).
+
+Requests are validated by the API (``specdec._request``); below it, assertions.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
-from libcpp.string cimport string
 from libcpp.vector cimport vector
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from ._core cimport Model, Context, Batch
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-from ._sampling cimport SamplingParams, argmax, Rng, Distribution
-from .drafters._base cimport Drafter, Draft
+from ._sampling cimport SamplingParams, Rng
 from ._policy cimport DraftPolicy
-
-import numpy as np
-
-from ._core import ContextFullError
-
-# why a sequence stopped
-DEF RUNNING = 0
-DEF STOP_EOG = 1
-DEF STOP_STRING = 2
-DEF LENGTH = 3
-DEF CTX_FULL = 4
-
-_FINISH = {RUNNING: None, STOP_EOG: "eos", STOP_STRING: "stop", LENGTH: "length",
-           CTX_FULL: "context"}
-
-# where a round's time goes: every interval of a round is added to exactly one of these
-DEF T_TARGET = 0      # the target's decode (llama.cpp)
-DEF T_HEAD = 1        # the lazy LM head's passes (logits of the rows verification reads)
-DEF T_DRAFT = 2       # drafters: proposing, and observing / accepting what was kept
-DEF T_VERIFY = 3      # accept / reject (argmax, rejection sampling) and the rollback
-DEF T_CONTROL = 4     # the controller itself: batches, policy, emitting text, stop strings
-DEF N_PARTS = 5
+from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
+from ._output cimport TextOutput, RUNNING, CTX_FULL
+from ._verify cimport Verifier
+from .drafters._base cimport Drafter, Draft
 
 
-cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
+def new_policy(int n_max, bint adaptive=False) -> DraftPolicy:
+    """A draft-length policy (shared by the requests of one configuration, it keeps learning)."""
+    return DraftPolicy(n_max, adaptive=adaptive)
 
 
 cdef class _Seq:
-    cdef int id
-    cdef int32_t last
-    cdef int n_past
-    cdef int max_tokens
-    cdef int finish
-    cdef int n_prompt
-    cdef vector[int32_t] out
-    cdef vector[size_t] ends   # text length after each token of ``out``
-    cdef string text
-    cdef size_t taken
-    cdef Rng rng
-    cdef Draft draft
-    cdef int proposer      # index of the drafter that made the current draft, -1 none
-    cdef int row0          # batch index of ``last`` in the current verify batch
-    cdef int k             # drafts in the current verify batch
-    cdef double t_asked    # time spent drafting this round (catch-up left out)
-    cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
-    cdef vector[uint8_t] ckpt    # recurrent state before the current verify (checkpoint archs)
-    cdef double t_ckpt     # this round's checkpoint save and restore
-    cdef bint redo         # a partial accept restored the checkpoint: decode again
-    cdef int32_t prev      # the ``last`` of the current verify
-    cdef int a             # drafts accepted in the current verify
-    cdef double t_v        # the current verify's cost so far
+    pass
 
 
 cdef class Controller:
-    """Runs generation for one or more sequences of a target context.
+    """Controller(ctx, drafters=(), *, n_max=0, n_min=0, adaptive=False, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, stop=(), exact=False, policy=None, n_ctx_seq=0)
+--
 
-    Built once per configuration; ``start`` begins a request, ``step`` runs one
-    round for every live sequence, ``run`` loops to the end.
+    Runs generation for the sequences of a target context.
+
+    ``drafters``: every drafter a sequence may use, bound to ``ctx``. ``exact``: no row's
+    logits depend on the batch (see ``_pad``). ``n_ctx_seq``: the tokens a sequence may
+    hold (default: the context's own limit; a caller that leaves slack for exact mode's
+    padding rows passes less). The request settings (``n_max`` .. ``stop``, ``policy``)
+    are the defaults of ``start``; ``join`` takes its own.
     """
-    cdef readonly Context ctx
-    cdef readonly Model model
-    cdef list drafters
-    cdef int n_drafters
-    cdef Batch batch
-    cdef list seqs
-    cdef int n_seqs
-    cdef vector[string] stops
-    cdef Distribution dist
-    cdef SamplingParams sp
-    cdef bint greedy
-    cdef int n_max, n_min
-    cdef bint check
-    cdef bint exact          # never decode a single row (see ``_pad``)
-    cdef bint unsafe_accept_all   # a deliberately wrong rule, so tests can show they detect it
-    cdef bint record         # keep every verified draft (``draft_log``): for tests and debugging
-    cdef list _log
-    cdef int64_t n_filler
-    cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
-    cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rs_seq)
-    cdef uint32_t ckpt_flags
-    cdef int64_t n_redecode
-    cdef DraftPolicy policy
-    cdef vector[int32_t] scratch
-    # stats, counted in C, turned into Python once in ``stats()``
-    cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds
-    cdef vector[int64_t] drafted_at, accepted_at
-    cdef double t_prompt, t_start, t_gen
-    cdef double t_part[N_PARTS]   # seconds per T_* part, summed over the rounds
-    cdef double t_mark            # end of the last interval added to t_part
-    cdef double t_sync       # of the last _propose: drafters catching up, not drafting
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
-                 float top_p=1.0, float min_p=0.0, stop=(), bint check=False, bint exact=False,
-                 bint unsafe_accept_all=False, bint record=False, DraftPolicy policy=None):
+                 float top_p=1.0, float min_p=0.0, stop=(), bint exact=False,
+                 DraftPolicy policy=None, int n_ctx_seq=0):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
-        if n_max < 0 or n_min < 0:
-            raise ValueError("n_max and n_min must be >= 0")
-        if top_k < 0 or not 0.0 < top_p <= 1.0 or not 0.0 <= min_p <= 1.0 or temperature < 0:
-            raise ValueError(f"bad sampling parameters (temperature={temperature}, top_k={top_k}, "
-                             f"top_p={top_p}, min_p={min_p})")
         self.ctx = ctx
         self.model = ctx.model
         self.drafters = list(drafters)
         for d in self.drafters:
             if not isinstance(d, Drafter):
                 raise TypeError(f"drafters must be specdec Drafter instances, got {type(d).__name__}")
-        self.n_drafters = len(self.drafters)
-        if self.n_drafters == 0:
+        if not self.drafters:
             n_max = 0
         # recurrent/hybrid archs without n_rs_seq snapshots: checkpoints, whatever the depth
         self.ckpt = not self.model.supports_partial_rollback
         # only the recurrent part (hybrids trim their attention KV with seq_rm)
         self.ckpt_flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        self.rs_cap = -1
-        if (self.model.is_recurrent or self.model.is_hybrid) and n_max > 0 and not self.ckpt:
-            if ctx.n_rs_seq < n_max:
-                raise ValueError(f"n_rs_seq={ctx.n_rs_seq} of the target context is too small for "
-                                 f"drafts of {n_max} tokens: create it with n_rs_seq >= n_max")
-            self.rs_cap = ctx.n_rs_seq
+        recurrent = self.model.is_recurrent or self.model.is_hybrid
+        rs_snapshots = recurrent and not self.ckpt
+        self.rs_cap = ctx.n_rs_seq if rs_snapshots else -1
+        if rs_snapshots and n_max > 0 and ctx.n_rs_seq < n_max:
+            raise ValueError(f"n_rs_seq={ctx.n_rs_seq} of the target context is too small for "
+                             f"drafts of {n_max} tokens: create it with n_rs_seq >= n_max")
         if n_max + 1 > ctx.n_batch:
             raise ValueError(f"n_max={n_max} needs n_batch >= {n_max + 1} (have {ctx.n_batch})")
-        self.n_max = n_max
-        self.n_min = n_min
-        self.greedy = temperature <= 0.0
-        self.sp.temperature = temperature
-        self.sp.top_k = top_k
-        self.sp.top_p = top_p
-        self.sp.min_p = min_p
-        self.check = check
-        self.exact = exact
-        self.unsafe_accept_all = unsafe_accept_all
-        self.record = record
-        self._log = []
         if exact and not ctx.batch_invariant:
             raise ValueError("exact mode needs a batch-invariant target context: "
                              "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
-        rs_snapshots = (self.model.is_recurrent or self.model.is_hybrid) and not self.ckpt
         if exact and rs_snapshots and ctx.n_rs_seq < 1:
             raise ValueError("exact mode on a recurrent/hybrid target needs n_rs_seq >= 1")
-        if exact and self.rs_cap < 0 and rs_snapshots:
-            self.rs_cap = ctx.n_rs_seq
-        for s in ([stop] if isinstance(stop, (str, bytes)) else list(stop)):
-            b = s.encode("utf-8") if isinstance(s, str) else bytes(s)
-            if not b:
-                raise ValueError("stop strings must not be empty")
-            self.stops.push_back(b)
-        self.dist = Distribution()
-        # a policy passed in keeps what it learnt (Decoder reuses one across its requests)
-        if policy is not None and policy.n_max == n_max and policy.adaptive == adaptive:
-            self.policy = policy
-        else:
-            self.policy = DraftPolicy(n_max, 0.0, adaptive)
+        self.exact = exact
+        self.pad_equal = exact and not recurrent
+        self.n_ctx_seq = min(n_ctx_seq, ctx.n_ctx_seq) if n_ctx_seq > 0 else ctx.n_ctx_seq
+        self.verifier = Verifier(ctx)
+        self.verifier.clock = &self.clock
+        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop)
+        self.defaults = dict(
+            n_max=n_max, n_min=n_min, temperature=temperature, top_k=top_k, top_p=top_p,
+            min_p=min_p, stop=[s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stops],
+            policy=policy if policy is not None and policy.n_max == n_max
+            and policy.adaptive == adaptive else new_policy(n_max, adaptive))
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
         self.seqs = []
-        self.n_seqs = 0
+        cdef _Seq s
+        for i in range(ctx.n_seq_max):
+            s = _Seq()
+            s.id = i
+            s.draft = Draft()
+            s.row0 = -1
+            self.seqs.append(s)
+        self.started = []
 
-    # --- request setup ----------------------------------------------------------------
+    cdef _Seq _seq(self, int seq):
+        if not 0 <= seq < len(self.seqs):
+            raise IndexError(f"sequence {seq} out of range [0, {len(self.seqs)})")
+        return <_Seq> self.seqs[seq]
+
+    # --- requests join and leave between rounds -----------------------------------------
+
+    def join(self, int seq, prompt, *, int max_tokens, seed=0, float temperature=0.0,
+             int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), drafters=None,
+             int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
+             bint reuse=False) -> int:
+        """Begin a request on free slot ``seq``: decode its prompt and sample the first token.
+
+        ``prompt``: checked token ids. ``drafters``: a subset of the controller's, tried
+        in order (None: all of them). ``stop``: checked UTF-8 byte strings. ``logprobs``:
+        -1 none, else how many top alternatives to keep per token. ``reuse``: keep the KV
+        of the longest prefix the slot still holds (attention-only targets at any point;
+        recurrent/hybrid ones only where the held state ends). Returns the number of
+        prompt tokens decoded.
+        """
+        cdef _Seq s = self._seq(seq)
+        if s.active:
+            raise RuntimeError(f"sequence {seq} is in use: leave() it first")
+        cdef int n = len(prompt), c = 0, i
+        assert 0 < n < self.n_ctx_seq, "the prompt length is checked by the API"
+        assert max_tokens > 0 and n_max >= 0 and n_min >= 0
+        cdef vector[int32_t] toks
+        toks.resize(n)
+        for i in range(n):
+            toks[i] = prompt[i]
+            assert 0 <= toks[i] < self.model.n_vocab, "prompt token ids are checked by the API"
+        if drafters is None:
+            s.drafters = self.drafters
+        else:
+            s.drafters = list(drafters)
+            for d in s.drafters:
+                assert any(d is e for e in self.drafters), "a sequence drafts with the controller's drafters"
+        s.n_drafters = len(s.drafters)
+        if s.n_drafters == 0:
+            n_max = 0
+        assert n_max + 1 <= self.ctx.n_batch
+        s.policy = policy if policy is not None else new_policy(n_max)
+        s.n_min = n_min
+        s.greedy = temperature <= 0.0
+        s.sp.temperature = temperature
+        s.sp.top_k = top_k
+        s.sp.top_p = top_p
+        s.sp.min_p = min_p
+        s.rng = Rng(seed)
+        s.out = TextOutput(self.model, max_tokens, stop, logprobs)
+        s.kind = NO_DRAFT
+        s.row0 = -1
+        s.k = s.n_pad = 0
+        s.redo = False
+        s.rounds = s.drafted = s.accepted = s.draft_rounds = s.filler = s.redecodes = 0
+        s.drafted_at.clear()
+        s.accepted_at.clear()
+        s.t_gen = 0.0
+        for i in range(N_PARTS):
+            s.t_part[i] = 0.0
+        if reuse:
+            while c < n and c < <int>s.mem.size() and s.mem[c] == toks[c]:
+                c += 1
+            if c == n:
+                c = n - 1        # the last prompt token is decoded again, for its logits
+            if (self.model.is_recurrent or self.model.is_hybrid) and (
+                    c != <int>s.mem.size() or (self.exact and n - c < 2)):
+                c = 0            # the recurrent state is kept only where the memory ends
+        cdef double t0 = now()
+        if c > 0:
+            if not self.ctx.seq_rm_c(s.id, c, -1):
+                c = 0
+        if c == 0:
+            self.ctx.seq_rm_c(s.id, -1, -1)
+        s.mem.resize(c)
+        s.active = True
+        try:
+            self._prefill(s, toks, c)
+        except BaseException:
+            self.leave(seq)
+            raise
+        s.t_prompt = now() - t0
+        self.t_prompt += s.t_prompt
+        return n - c
+
+    def leave(self, int seq, *, bint keep=False):
+        """End the request on ``seq`` (finished or not); its results stay readable until the
+        slot is joined again. ``keep``: keep its KV for a later request's prefix reuse."""
+        cdef _Seq s = self._seq(seq)
+        s.active = False
+        s.row0 = -1
+        if keep and s.out is not None and s.out.finish == CTX_FULL:
+            keep = False         # a checkpoint arch may hold a padding row past ``mem``
+        if not keep:
+            self.ctx.seq_rm_c(s.id, -1, -1)
+            s.mem.clear()
+            s.n_past = 0
+
+    def common_prefix(self, int seq, prompt) -> int:
+        """Length of the common prefix of ``prompt`` and the tokens slot ``seq`` holds."""
+        cdef _Seq s = self._seq(seq)
+        cdef int c = 0, n = min(len(prompt), <int>s.mem.size())
+        while c < n and s.mem[c] == prompt[c]:
+            c += 1
+        return c
 
     def start(self, prompts, max_tokens, seeds=None):
-        """Begin one request per prompt (lists of token ids) on sequences 0..n-1."""
-        if not prompts:
-            raise ValueError("no prompts")
-        if len(prompts) > self.ctx.n_seq_max:
-            raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
-                             f"{self.ctx.n_seq_max}")
+        """Begin one request per prompt on sequences 0..n-1 with the constructor's settings
+        (every slot is cleared first; the counters of ``stats()`` restart)."""
+        assert 0 < len(prompts) <= len(self.seqs)
         if isinstance(max_tokens, int):
             max_tokens = [max_tokens] * len(prompts)
         seeds = [0] * len(prompts) if seeds is None else list(seeds)
-        cdef int i
-        cdef vector[int32_t] toks
-        for i, mt in enumerate(max_tokens):
-            if not isinstance(mt, int) or isinstance(mt, bool) or not 0 < mt < 2**31:
-                raise ValueError(f"max_tokens must be an int in [1, 2**31), got {mt!r}")
-        checked = []
-        for p in prompts:
-            p = list(p)
-            if not p:
-                raise ValueError("empty prompt: nothing to condition on")
-            for t in p:
-                if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-                    raise TypeError(f"prompt token ids must be ints, got {type(t).__name__}")
-                if not 0 <= t < self.model.n_vocab:
-                    raise ValueError(f"prompt token id {t} out of range [0, {self.model.n_vocab})")
-            if len(p) >= self.ctx.n_ctx_seq:
-                raise ContextFullError(f"prompt of {len(p)} tokens does not fit the context "
-                                       f"(n_ctx={self.ctx.n_ctx_seq}); leave room to generate")
-            checked.append(p)
-        self._reset_stats()
-        self.seqs = []
-        self.n_seqs = len(checked)
-        self.t_start = _now()
-        cdef _Seq s
-        for i in range(self.n_seqs):
-            s = _Seq()
-            s.id = i
-            s.max_tokens = max_tokens[i]
-            s.rng = Rng(seeds[i])
-            s.draft = Draft()
-            s.proposer = -1
-            self.seqs.append(s)
-            self.ctx.seq_rm_c(i, -1, -1)
-            toks.assign(<size_t>len(checked[i]), 0)
-            for j, t in enumerate(checked[i]):
-                toks[j] = t
-            self._prefill(s, toks)
-        self.t_mark = _now()
-        self.t_prompt = self.t_mark - self.t_start
+        for i in range(len(self.seqs)):
+            self.leave(i)
+        self.reset_stats()
+        d = self.defaults
+        for i, p in enumerate(prompts):
+            self.join(i, p, max_tokens=max_tokens[i], seed=seeds[i],
+                      temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"],
+                      min_p=d["min_p"], stop=d["stop"], n_max=d["n_max"], n_min=d["n_min"],
+                      policy=d["policy"])
+        self.started = self.seqs[:len(prompts)]
 
-    cdef int _prefill(self, _Seq s, vector[int32_t] & toks) except -1:
-        cdef int n = toks.size(), i0 = 0, i, m
+    cdef int _prefill(self, _Seq s, vector[int32_t] & toks, int n0) except -1:
+        """Decode ``toks[n0:]`` (``toks[:n0]`` is in the memory already), sample the first token."""
+        cdef int n = toks.size(), i0 = n0, i, m = 0
         cdef Drafter d
-        for d in self.drafters:
+        for d in s.drafters:
             d.begin_c(s.id, toks.data(), n)
+            if n0 > 0:
+                d.observe_c(s.id, toks.data(), n0, -1)
         cdef bint pad
         while i0 < n:
             m = min(self.ctx.n_batch, n - i0)
@@ -254,178 +254,166 @@ cdef class Controller:
             for i in range(m):
                 self.batch.add_c(toks[i0 + i], i0 + i, s.id, i0 + i == n - 1)
             pad = self.exact and m == 1
-            if pad:         # a one-token prompt: decode it with a throw-away second row
+            if pad:         # a one-token chunk: decode it with a throw-away second row
                 self.batch.add_c(toks[i0], i0 + 1, s.id, False)
             self.ctx.decode_c(self.batch)
             if pad:
                 if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
                     raise RuntimeError("could not drop the padding row")
-            for d in self.drafters:
+            for d in s.drafters:
                 d.observe_c(s.id, toks.data() + i0, m, 0)
             i0 += m
+        s.mem.assign(toks.begin(), toks.end())
         s.n_past = n
         s.n_prompt = n
-        s.last = self._sample(s, m - 1)
-        self._emit(s, s.last)
+        s.n_decoded = n - n0
+        s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
+        self._emit(s, s.last, m - 1)
         return 0
 
     # --- the round --------------------------------------------------------------------
 
-    cdef int32_t _sample(self, _Seq s, int row) except -1:
-        cdef float * lg = self.ctx.logits_c(row)
-        if lg == NULL:
-            raise RuntimeError(f"no logits at batch row {row}")
-        cdef int32_t y
-        if self.greedy:
-            y = argmax(lg, self.model.n_vocab)
-            if self.check:
-                self._check_argmax(row, y)
-            return y
-        self.dist.from_logits(lg, self.model.n_vocab, self.sp)
-        return self.dist.sample(s.rng)
-
-    cdef int _check_argmax(self, int row, int32_t y) except -1:
-        # an independent path (numpy over the zero-copy view) for the tests' internal check
-        ref = int(np.argmax(self.ctx.logits(row)))
-        if ref != y:
-            raise AssertionError(f"emitted token {y} is not the argmax {ref} of its verify row")
-        return 0
-
-    cdef inline double _lap(self, int part) noexcept nogil:
-        """Add the time since the last lap to ``part``; returns it."""
-        cdef double now = _now(), dt = now - self.t_mark
-        self.t_part[part] += dt
-        self.t_mark = now
-        return dt
-
-    cdef bint _emit(self, _Seq s, int32_t tok) except -1:
-        """Append one token; True when the sequence is finished.
-
-        A stop string cuts the text where it begins, and the tokens that lie wholly at or
-        after that point are dropped: ``tokens`` ends with the token in which the stop
-        string begins (whose text may run past ``text``), or before it when it begins
-        exactly at a token boundary.
-        """
-        cdef char buf[256]
-        cdef int n, start
-        cdef size_t pos, from_
-        if self.model.is_eog_c(tok):
-            s.finish = STOP_EOG
-            return True
-        s.out.push_back(tok)
-        n = self.model.piece_c(tok, buf, sizeof(buf))
-        if n > 0:
-            s.text.append(buf, n)
-        s.ends.push_back(s.text.size())
-        if n > 0:
-            for i in range(self.stops.size()):
-                start = <int>s.text.size() - n - <int>self.stops[i].size() + 1
-                from_ = start if start > 0 else 0
-                pos = s.text.find(self.stops[i], from_)
-                if pos != <size_t>-1:
-                    s.text.resize(pos)
-                    while s.out.size() > 0 and (s.ends[s.ends.size() - 2]
-                                                if s.ends.size() >= 2 else 0) >= pos:
-                        s.out.pop_back()
-                        s.ends.pop_back()
-                    s.finish = STOP_STRING
-                    return True
-        if <int>s.out.size() >= s.max_tokens:
-            s.finish = LENGTH
-            return True
-        return False
+    cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1:
+        """Append one token to the sequence's output; True when it is finished."""
+        return s.out.push(tok, self.ctx.logits_c(row) if s.out.n_top >= 0 else NULL)
 
     cdef int _propose(self, _Seq s, int k_cap) except -1:
-        """Ask the drafters in turn; ``t_sync`` gets the time they spent catching up."""
+        """Ask the sequence's drafters in turn; ``t_sync`` gets the time they spent catching up."""
         cdef Drafter d
         cdef int i
         s.draft.clear()
-        s.proposer = -1
+        s.kind = NO_DRAFT
         self.t_sync = 0.0
         if k_cap <= 0:
             return 0
-        for i in range(self.n_drafters):
-            d = <Drafter> self.drafters[i]
+        for i in range(s.n_drafters):
+            d = <Drafter> s.drafters[i]
             d.t_sync = 0.0
             d.propose_c(s.id, s.last, k_cap, s.draft)
             self.t_sync += d.t_sync
             if <int>s.draft.tokens.size() > k_cap:
                 s.draft.tokens.resize(k_cap)
-            if <int>s.draft.tokens.size() >= (self.n_min if self.n_min > 0 else 1):
+            if <int>s.draft.tokens.size() >= (s.n_min if s.n_min > 0 else 1):
+                s.kind = DRAFTED
                 s.proposer = i
                 return 0
             s.draft.clear()
         return 0
 
     def step(self) -> int:
-        """One round for every live sequence; returns how many sequences are still running."""
+        """One round for every running sequence; returns how many are still running."""
         cdef _Seq s
-        cdef int i, k_cap, k_want, alive = 0
-        cdef double t1, t0 = _now()
-        self.t_mark = t0          # the caller's time between rounds is not generation time
-        self.batch.clear_c()
+        cdef int i, k_cap, k_want, rows = 0, alive = 0
+        cdef double t1, t0 = now()
+        cdef double part0[5]
+        self.clock.mark = t0          # the caller's time between rounds is not generation time
+        for i in range(N_PARTS):
+            part0[i] = self.clock.part[i]
+        cdef list in_batch = []
         for s in self.seqs:
-            if s.finish != RUNNING:
+            if not s.active or s.out.finish != RUNNING:
                 continue
-            if s.n_past >= self.ctx.n_ctx_seq:
-                s.finish = CTX_FULL
+            if s.n_past >= self.n_ctx_seq:
+                s.out.set_finish(CTX_FULL)
                 continue
-            k_want = self.policy.cap()
+            k_want = s.policy.cap()
             k_cap = min(k_want,
-                        s.max_tokens - <int>s.out.size(),
-                        self.ctx.n_ctx_seq - s.n_past - 1,
-                        self.ctx.n_batch - self.batch.b.n_tokens - 1)
+                        s.out.max_tokens - s.out.n_tokens,
+                        self.n_ctx_seq - s.n_past - 1,
+                        self.ctx.n_batch - rows - 1)
             if self.rs_cap >= 0:
                 k_cap = min(k_cap, self.rs_cap)
-            self._lap(T_CONTROL)
+            lap(&self.clock, T_CONTROL)
             self._propose(s, k_cap)
-            t1 = self._lap(T_DRAFT)
+            t1 = lap(&self.clock, T_DRAFT)
             # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
             # without drafts is not a cost of drafting this round (it would stop the drafts
             # for good: the longer the pause, the dearer the next draft would look)
             if k_cap == k_want:
-                self.policy.observe_draft_time(k_cap, t1 - self.t_sync)
-            s.k = self.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
-            # a catch-up after plain rounds is the price of switching, not of a drafting
-            # round: calibrating with it would keep a paying drafter off after every pause
+                s.policy.observe_draft_time(k_cap, t1 - self.t_sync)
+            s.k = s.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
             s.t_asked = t1 - self.t_sync
-            s.pred_e = self.policy.pred_e
-            s.pred_t = self.policy.pred_t if k_cap > 0 else 0.0   # no drafter asked: no sample
+            s.pred_e = s.policy.pred_e
+            s.pred_t = s.policy.pred_t if k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:
-                    s.proposer = -1
+                    s.kind = NO_DRAFT
+            s.n_pad = 0
+            rows += s.k + 1
+            in_batch.append(s)
+        if not in_batch:
+            lap(&self.clock, T_CONTROL)
+            self.t_gen += self.clock.mark - t0
+            return 0
+        if self.exact:
+            self._pad(in_batch)
+        self.batch.clear_c()
+        for s in in_batch:
             s.row0 = self.batch.b.n_tokens
             self.batch.add_c(s.last, s.n_past, s.id, True)
             for i in range(s.k):
                 self.batch.add_c(s.draft.tokens[i], s.n_past + 1 + i, s.id, True)
-            alive += 1
-        if alive == 0:
-            self._lap(T_CONTROL)
-            self.t_gen += self.t_mark - t0
-            return 0
-        if self.exact and self.batch.b.n_tokens == 1:
-            self._pad()
-        self._lap(T_CONTROL)
+            for i in range(s.n_pad):
+                self.batch.add_c(s.last, s.n_past + 1 + s.k + i, s.id, False)
+        lap(&self.clock, T_CONTROL)
         if self.ckpt:
             self._save_checkpoints()
         self.ctx.decode_c(self.batch)
-        cdef double t_dec = self._lap(T_TARGET)
+        cdef double t_dec = lap(&self.clock, T_TARGET)
         self.n_rounds += 1
-        alive = 0
-        for s in self.seqs:
-            if s.finish != RUNNING or s.row0 < 0:
-                continue
+        for s in in_batch:
+            s.rounds += 1
             self._verify(s, t_dec)
-            s.row0 = -1
         if self.ckpt:
             self._redecode()
+        for s in in_batch:
+            s.row0 = -1
+        lap(&self.clock, T_CONTROL)
+        self.t_gen += self.clock.mark - t0
+        for s in in_batch:
+            s.t_gen += self.clock.mark - t0
+            for i in range(N_PARTS):
+                s.t_part[i] += self.clock.part[i] - part0[i]
         for s in self.seqs:
-            if s.finish == RUNNING:
+            if s.active and s.out.finish == RUNNING:
                 alive += 1
-        self._lap(T_CONTROL)
-        self.t_gen += self.t_mark - t0
         return alive
+
+    cdef int _pad(self, list in_batch) except -1:
+        """Exact mode: give every row of the verify batch logits that do not depend on the batch.
+
+        llama.cpp's CPU matmuls take tinyBLAS for two or more rows and vec_dot for
+        one, and the two round differently; repacked weights even depend on the row
+        count mod 4. With repacking off and never a single row, every row's logits
+        are the same whatever the batch, so speculative output equals plain output.
+
+        A sequence with nothing to verify but its pending token gets a free guess (the
+        pending token again), verified like a draft. On attention-only targets every
+        sequence of the batch then gets the same number of rows, with throw-away rows
+        dropped after the decode: a context with a KV stream per sequence splits the
+        batch into ubatches of equal rows per sequence, and a sequence with more rows
+        than the others would have its last ones computed alone. Recurrent targets only
+        avoid a batch of a single row.
+        """
+        cdef _Seq s
+        cdef int rows = 2
+        if not self.pad_equal and len(in_batch) > 1:
+            return 0
+        for s in in_batch:
+            if s.k == 0 and s.n_past + 1 < self.n_ctx_seq and s.out.n_tokens < s.out.max_tokens:
+                s.draft.tokens.push_back(s.last)
+                s.k = 1
+                s.kind = FILLER
+                self.n_filler += 1
+                s.filler += 1
+            rows = max(rows, s.k + 1)
+        for s in in_batch:
+            s.n_pad = rows - s.k - 1
+        if rows * len(in_batch) > self.ctx.n_batch:
+            raise RuntimeError(f"exact mode needs n_batch >= {rows * len(in_batch)} for this "
+                               f"round (have {self.ctx.n_batch})")
+        return 0
 
     cdef int _save_checkpoints(self) except -1:
         """Save the recurrent state of every sequence whose verify holds drafts (or the
@@ -434,10 +422,10 @@ cdef class Controller:
         for s in self.seqs:
             s.t_ckpt = 0.0
             s.redo = False
-            if s.finish == RUNNING and s.row0 >= 0 and s.k > 0:
-                self._lap(T_CONTROL)
+            if s.active and s.out.finish == RUNNING and s.row0 >= 0 and s.k > 0:
+                lap(&self.clock, T_CONTROL)
                 self.ctx.save_state_c(s.id, self.ckpt_flags, s.ckpt)
-                s.t_ckpt = self._lap(T_VERIFY)
+                s.t_ckpt = lap(&self.clock, T_VERIFY)
         return 0
 
     cdef int _redecode(self) except -1:
@@ -465,120 +453,47 @@ cdef class Controller:
             n_rows += s.a + 2
         if n_rows == 0:
             return 0
-        self._lap(T_CONTROL)
+        lap(&self.clock, T_CONTROL)
         self.ctx.decode_c(self.batch)
-        cdef double t_dec = self._lap(T_TARGET), t_head
+        cdef double t_dec = lap(&self.clock, T_TARGET), t_head
         for s in self.seqs:
             if not s.redo:
                 continue
             s.redo = False
             self.n_redecode += 1
+            s.redecodes += 1
             # exact mode: the lazy head computes two rows, as a verify's first pass does
             self.ctx.prepare_logits_c(s.row0 + s.a, 2)
-            t_head = self._lap(T_HEAD)
-            z = self._sample(s, s.row0 + s.a + 1)
+            t_head = lap(&self.clock, T_HEAD)
+            z = self.verifier.sample(s.row0 + s.a + 1, s.greedy, s.sp, s.rng)
             s.n_past += 1
-            self._lap(T_VERIFY)
-            for i in range(self.n_drafters):
-                d = <Drafter> self.drafters[i]
+            s.mem.push_back(s.last)
+            lap(&self.clock, T_VERIFY)
+            for i in range(s.n_drafters):
+                d = <Drafter> s.drafters[i]
                 d.observe_c(s.id, &s.last, 1, s.row0 + s.a + 1)
-            self._lap(T_DRAFT)
+            lap(&self.clock, T_DRAFT)
             s.t_v += t_dec * (s.a + 2) / n_rows + t_head
             self._observe_policy(s, s.k, s.a, s.a + 2)
-            s.row0 = -1
-            if not self._emit(s, z):
+            if not self._emit(s, z, s.row0 + s.a + 1):
                 s.last = z
+            s.row0 = -1
         return 0
-
-    cdef int _pad(self) except -1:
-        """Make a one-row verify batch two rows long.
-
-        llama.cpp's CPU matmuls take tinyBLAS for two or more rows and vec_dot for
-        one, and the two round differently; repacked weights even depend on the row
-        count mod 4. With repacking off and never a single row, every row's logits
-        are the same whatever the batch, so speculative output equals plain output.
-        The extra row is a free guess (the pending token again), verified like a draft.
-        """
-        cdef _Seq s
-        for s in self.seqs:
-            if s.finish == RUNNING and s.row0 >= 0 and s.k == 0:
-                if s.n_past + 1 >= self.ctx.n_ctx_seq or <int>s.out.size() >= s.max_tokens:
-                    # no room to guess: the row is dropped after the decode
-                    self.batch.add_c(s.last, s.n_past + 1, s.id, False)
-                    s.k = -1
-                    return 0
-                s.draft.tokens.push_back(s.last)
-                self.batch.add_c(s.last, s.n_past + 1, s.id, True)
-                s.k = 1
-                s.proposer = -2
-                self.n_filler += 1
-                return 0
-        return 0
-
-    cdef inline int _ready(self, _Seq s, int a, int k, int n_ready) noexcept nogil:
-        """Have the logits of verify row ``a`` computed; returns how many rows are.
-
-        With the lazy LM head (``Context(lazy_logits=True)``) the first pass computes
-        two rows, which costs about one (a pass reads the whole head once; a second
-        row rides along in cache), and a second pass the rest once both were accepted:
-        an early rejection pays for one pass, a long run for two instead of k+1 rows.
-        Without the lazy head this is a no-op.
-        """
-        if a < n_ready:
-            return n_ready
-        cdef int c = min(2, k + 1) if n_ready == 0 else k + 1 - n_ready
-        self._lap(T_VERIFY)
-        self.ctx.prepare_logits_c(s.row0 + n_ready, c)
-        self._lap(T_HEAD)
-        return n_ready + c
 
     cdef int _verify(self, _Seq s, double t_dec) except -1:
-        self._lap(T_CONTROL)
-        cdef double t_v = self.t_mark
-        cdef int a = 0, i, k = s.k
-        cdef int32_t y, x
-        cdef float px, qx
-        cdef bint done = False
-        cdef bint filler = s.proposer == -2
+        lap(&self.clock, T_CONTROL)
+        cdef double t_v = self.clock.mark
+        cdef int a, i, k = s.k
+        cdef int32_t y
         cdef Drafter d
-        if k < 0:   # an exact-mode padding row with nothing to guess: verify ``last`` only
-            k = s.k = 0
-            # (a checkpoint arch keeps it: the sequence fills its context with this round)
-            if not self.ckpt and not self.ctx.seq_rm_c(s.id, s.n_past + 1, -1):
-                raise RuntimeError("could not drop the padding row")
-        # accept the longest agreeing prefix
-        cdef int n_ready = 0
-        if self.greedy:
-            while True:
-                n_ready = self._ready(s, a, k, n_ready)
-                y = self._sample(s, s.row0 + a)
-                if a < k and s.draft.tokens[a] == y:
-                    a += 1
-                    continue
-                break
+        if s.n_pad > 0 and not self.ckpt:
+            # (a checkpoint arch keeps them: only a sequence that fills its context pads)
+            if not self.ctx.seq_rm_c(s.id, s.n_past + 1 + k, -1):
+                raise RuntimeError("could not drop the padding rows")
+        if s.greedy:
+            a = self.verifier.greedy(s.row0, s.draft, k, &y)
         else:
-            y = -1
-            while a < k:
-                n_ready = self._ready(s, a, k, n_ready)
-                self.dist.from_logits(self.ctx.logits_c(s.row0 + a), self.model.n_vocab, self.sp)
-                x = s.draft.tokens[a]
-                px = self.dist.prob_of(x)
-                qx = self._q(s, a, x)
-                if s.rng.uniform() < px / qx or self.unsafe_accept_all:
-                    a += 1
-                    continue
-                if s.draft.has_probs:
-                    y = self.dist.sample_residual(
-                        s.rng, s.draft.q_ids.data() + s.draft.q_off[a],
-                        s.draft.q_probs.data() + s.draft.q_off[a],
-                        s.draft.q_off[a + 1] - s.draft.q_off[a])
-                else:
-                    qx = 1.0
-                    y = self.dist.sample_residual(s.rng, &x, &qx, 1)
-                break
-            if y < 0:
-                n_ready = self._ready(s, k, k, n_ready)
-                y = self._sample(s, s.row0 + k)
+            a = self.verifier.rejection(s.row0, s.draft, k, s.sp, s.rng, &y)
         # the target's memory keeps ``last, d1..da``; the rest is rolled back
         cdef int keep = s.n_past + 1 + a
         cdef bint redo = False
@@ -594,65 +509,71 @@ cdef class Controller:
         # what the policy weighs is the whole verification: the decode, the lazy head's
         # passes (with gemma's 262k vocab as costly per row as the trunk), the rollback and,
         # on checkpoint archs, saving the checkpoint (the decode again is added by _redecode)
-        self._lap(T_VERIFY)
-        t_v = t_dec + self.t_mark - t_v + s.t_ckpt
+        lap(&self.clock, T_VERIFY)
+        t_v = t_dec + self.clock.mark - t_v + s.t_ckpt
         self.scratch.clear()
         self.scratch.push_back(s.last)
         for i in range(a):
             self.scratch.push_back(s.draft.tokens[i])
-        self._lap(T_CONTROL)
-        for i in range(self.n_drafters):
-            d = <Drafter> self.drafters[i]
+        s.mem.insert(s.mem.end(), self.scratch.begin(), self.scratch.end())
+        lap(&self.clock, T_CONTROL)
+        for i in range(s.n_drafters):
+            d = <Drafter> s.drafters[i]
             d.observe_c(s.id, self.scratch.data(), a + 1, s.row0)
-            if i == s.proposer:
+            if s.kind == DRAFTED and i == s.proposer:
                 d.accept_c(s.id, a)
-        self._lap(T_DRAFT)
+        lap(&self.clock, T_DRAFT)
         s.n_past = keep
-        # stats (the exact-mode filler guess is not a draft)
-        if k > 0 and not filler:
-            self.n_draft_rounds += 1
-            self.n_drafted += k
-            self.n_accepted += a
-            if <int>self.drafted_at.size() < k:
-                self.drafted_at.resize(k, 0)
-                self.accepted_at.resize(k, 0)
-            for i in range(k):
-                self.drafted_at[i] += 1
-                if i < a:
-                    self.accepted_at[i] += 1
-        if not filler and self.record and k > 0:
-            self._log.append((s.id, keep - 1 - a, [s.draft.tokens[i] for i in range(k)], a))
+        if s.kind == DRAFTED:       # the exact-mode filler guess is not a draft
+            self._count(s, k, a)
+            self._on_verified(s, keep - 1 - a, k, a)
         s.t_v = t_v
         s.a = a
         s.prev = s.last
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
-            if self._emit(s, s.draft.tokens[i]):
+            if self._emit(s, s.draft.tokens[i], s.row0 + i):
                 self._observe_policy(s, k, a, a + 1)
                 return 0
-        if not self._emit(s, y):
+        if not self._emit(s, y, s.row0 + a):
             s.last = y
             s.redo = redo
         if not s.redo:
             self._observe_policy(s, k, a, a + 1)
         return 0
 
-    cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1:
-        """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
-        if s.proposer == -2:
-            return 0
-        self.policy.observe(k, a, s.t_v)
-        self.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)
+    cdef int _count(self, _Seq s, int k, int a) except -1:
+        cdef int i
+        self.n_draft_rounds += 1
+        self.n_drafted += k
+        self.n_accepted += a
+        s.draft_rounds += 1
+        s.drafted += k
+        s.accepted += a
+        if <int>self.drafted_at.size() < k:
+            self.drafted_at.resize(k, 0)
+            self.accepted_at.resize(k, 0)
+        if <int>s.drafted_at.size() < k:
+            s.drafted_at.resize(k, 0)
+            s.accepted_at.resize(k, 0)
+        for i in range(k):
+            self.drafted_at[i] += 1
+            s.drafted_at[i] += 1
+            if i < a:
+                self.accepted_at[i] += 1
+                s.accepted_at[i] += 1
         return 0
 
-    cdef float _q(self, _Seq s, int pos, int32_t x) noexcept:
-        cdef int j
-        if not s.draft.has_probs:
-            return 1.0
-        for j in range(s.draft.q_off[pos], s.draft.q_off[pos + 1]):
-            if s.draft.q_ids[j] == x:
-                return s.draft.q_probs[j]
-        return 1.0
+    cdef int _on_verified(self, _Seq s, int pos, int k, int a) except -1:
+        return 0
+
+    cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1:
+        """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
+        if s.kind == FILLER:
+            return 0
+        s.policy.observe(k, a, s.t_v)
+        s.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)
+        return 0
 
     def run(self):
         """Rounds until every sequence has finished."""
@@ -661,59 +582,74 @@ cdef class Controller:
 
     # --- results ----------------------------------------------------------------------
 
+    def take(self, int seq=0):
+        """``(text bytes, token ids, logprobs or None)`` released for ``seq`` since the last
+        call (for streaming; text that could still begin a stop string is held back)."""
+        return self._out(seq).take()
+
     def take_text(self, int seq=0) -> bytes:
-        """Bytes emitted for ``seq`` since the last call (for streaming)."""
-        cdef _Seq s = self.seqs[seq]
-        if s.taken >= s.text.size():   # nothing new, or a stop string cut the tail
-            s.taken = s.text.size()
-            return b""
-        cdef bytes b = s.text.substr(s.taken)
-        s.taken = s.text.size()
-        return b
+        """Bytes released for ``seq`` since the last call (see ``take``)."""
+        return self._out(seq).take()[0]
+
+    def _out(self, int seq):
+        cdef _Seq s = self._seq(seq)
+        if s.out is None:
+            raise RuntimeError(f"sequence {seq} has had no request")
+        return s.out
 
     def text(self, int seq=0) -> bytes:
-        cdef _Seq s = self.seqs[seq]
-        return s.text
+        return self._out(seq).text_bytes()
 
     def tokens(self, int seq=0) -> list:
-        cdef _Seq s = self.seqs[seq]
-        return [s.out[i] for i in range(s.out.size())]
+        return self._out(seq).token_list()
+
+    def logprobs(self, int seq=0):
+        """Per token: ``(logprob, [(id, logprob), ...])``; None when the request asked none."""
+        out = self._out(seq)
+        return out.logprob_list() if out.n_top >= 0 else None
 
     def finish_reason(self, int seq=0):
-        cdef _Seq s = self.seqs[seq]
-        return _FINISH[s.finish]
+        return self._out(seq).finish_reason
+
+    def is_active(self, int seq) -> bool:
+        return self._seq(seq).active
 
     def n_prompt(self, int seq=0) -> int:
-        cdef _Seq s = self.seqs[seq]
-        return s.n_prompt
+        return self._seq(seq).n_prompt
+
+    def n_decoded(self, int seq=0) -> int:
+        """Prompt tokens the last ``join`` of ``seq`` decoded (the rest were reused)."""
+        return self._seq(seq).n_decoded
 
     def n_past(self, int seq=0) -> int:
-        cdef _Seq s = self.seqs[seq]
-        return s.n_past
+        return self._seq(seq).n_past
+
+    def held(self, int seq) -> list:
+        """The tokens in the target's memory for ``seq``, by position."""
+        cdef _Seq s = self._seq(seq)
+        return [s.mem[i] for i in range(s.mem.size())]
 
     @property
     def n_sequences(self) -> int:
-        return self.n_seqs
+        return len(self.started)
+
+    @property
+    def n_slots(self) -> int:
+        return len(self.seqs)
 
     @property
     def policy(self) -> DraftPolicy:
-        """The draft-length policy (pass it to the next Controller to keep what it learnt)."""
-        return self.policy
+        """The default draft-length policy (pass it to the next Controller to keep what it learnt)."""
+        return self.defaults["policy"]
 
     @property
     def policy_state(self) -> dict:
-        """The draft-length policy's estimates (acceptance per position, verify and draft times)."""
-        return self.policy.state()
+        """The default policy's estimates (acceptance per position, verify and draft times)."""
+        return self.defaults["policy"].state()
 
-    @property
-    def draft_log(self) -> list:
-        """With ``record=True``: ``(seq, pos, drafts, n_accepted)`` for every verified draft of
-        the current request, in order (``pos``: position of the pending token the drafts follow)."""
-        return list(self._log)
-
-    cdef _reset_stats(self):
+    def reset_stats(self):
+        """Restart the totals of ``stats()``."""
         cdef int i
-        self._log = []
         self.n_rounds = self.n_drafted = self.n_accepted = self.n_draft_rounds = 0
         self.n_filler = 0
         self.n_redecode = 0
@@ -721,31 +657,53 @@ cdef class Controller:
         self.accepted_at.clear()
         self.t_prompt = self.t_gen = 0.0
         for i in range(N_PARTS):
-            self.t_part[i] = 0.0
+            self.clock.part[i] = 0.0
+        self.t_start = now()
 
-    def stats(self) -> dict:
-        """Counters of the current request, as plain Python values."""
-        n_gen = sum((<_Seq>s).out.size() for s in self.seqs)
-        t_gen = max(self.t_gen, 1e-9)
-        return {
-            "n_prompt": sum((<_Seq>s).n_prompt for s in self.seqs),
-            "n_generated": n_gen,
-            "rounds": self.n_rounds,
-            "draft_rounds": self.n_draft_rounds,
-            "filler_rounds": self.n_filler,
-            "redecodes": self.n_redecode,
-            "drafted": self.n_drafted,
-            "accepted": self.n_accepted,
-            "acceptance_rate": (<double>self.n_accepted / self.n_drafted) if self.n_drafted else 0.0,
-            "drafted_per_position": [self.drafted_at[i] for i in range(self.drafted_at.size())],
-            "accepted_per_position": [self.accepted_at[i] for i in range(self.accepted_at.size())],
-            "t_prompt_s": self.t_prompt,
-            "t_generate_s": t_gen,
-            "t_target_s": self.t_part[T_TARGET],
-            "t_lm_head_s": self.t_part[T_HEAD],
-            "t_draft_s": self.t_part[T_DRAFT],
-            "t_verify_s": self.t_part[T_VERIFY],
-            "t_controller_s": self.t_part[T_CONTROL],
-            # the first token comes from the prompt pass; the rest from rounds
-            "tokens_per_s": (max(n_gen - len(self.seqs), 0) / t_gen) if n_gen else 0.0,
-        }
+    def stats(self, seq=None) -> dict:
+        """Counters as plain Python values: of request ``seq``, or (None) the totals since the
+        last ``start`` / ``reset_stats`` over the sequences ``start`` began."""
+        cdef _Seq s
+        if seq is not None:
+            s = self._seq(seq)
+            n_gen = s.out.n_tokens if s.out is not None else 0
+            return _stats(s.n_prompt, s.n_decoded, n_gen, 1, s.rounds, s.draft_rounds, s.filler, s.redecodes,
+                          s.drafted, s.accepted, s.drafted_at, s.accepted_at, s.t_prompt,
+                          s.t_gen, s.t_part)
+        seqs = self.started
+        n_gen = sum((<_Seq>s).out.n_tokens for s in seqs)
+        return _stats(sum((<_Seq>s).n_prompt for s in seqs),
+                      sum((<_Seq>s).n_decoded for s in seqs), n_gen, len(seqs), self.n_rounds,
+                      self.n_draft_rounds, self.n_filler, self.n_redecode, self.n_drafted,
+                      self.n_accepted, self.drafted_at, self.accepted_at, self.t_prompt,
+                      self.t_gen, self.clock.part)
+
+
+cdef dict _stats(int64_t n_prompt, int64_t n_decoded, int64_t n_gen, int n_seqs, int64_t rounds,
+                 int64_t draft_rounds, int64_t filler, int64_t redecodes, int64_t drafted,
+                 int64_t accepted, vector[int64_t] & drafted_at, vector[int64_t] & accepted_at,
+                 double t_prompt, double t_gen, double * part):
+    t_gen = max(t_gen, 1e-9)
+    return {
+        "n_prompt": n_prompt,
+        "n_prompt_decoded": n_decoded,
+        "n_generated": n_gen,
+        "rounds": rounds,
+        "draft_rounds": draft_rounds,
+        "filler_rounds": filler,
+        "redecodes": redecodes,
+        "drafted": drafted,
+        "accepted": accepted,
+        "acceptance_rate": (<double>accepted / drafted) if drafted else 0.0,
+        "drafted_per_position": [drafted_at[i] for i in range(drafted_at.size())],
+        "accepted_per_position": [accepted_at[i] for i in range(accepted_at.size())],
+        "t_prompt_s": t_prompt,
+        "t_generate_s": t_gen,
+        "t_target_s": part[<int>T_TARGET],
+        "t_lm_head_s": part[<int>T_HEAD],
+        "t_draft_s": part[<int>T_DRAFT],
+        "t_verify_s": part[<int>T_VERIFY],
+        "t_controller_s": part[<int>T_CONTROL],
+        # the first token comes from the prompt pass; the rest from rounds
+        "tokens_per_s": (max(n_gen - n_seqs, 0) / t_gen) if n_gen else 0.0,
+    }

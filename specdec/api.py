@@ -1,70 +1,27 @@
 """The Python API: a reusable decoder, and ``generate`` / ``stream`` shortcuts."""
 from __future__ import annotations
 
-import codecs
 import logging
 import os
 import threading
 import weakref
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
 
-from ._controller import Controller
-from ._core import LAZY_NEXTN_ARCHS, ContextBusyError, Context, Model, TargetView
+from ._controller import Controller, new_policy
+from ._core import ContextBusyError, Model
+from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result,
+                       stop_list, tokenize)
+from ._setup import (DrafterSpec, PathLike, as_list, load_model, make_context, make_drafters,
+                     needs_hidden_rows)
 from .chat import chat_prompt
 from .config import Sampling, SpecConfig
-from .drafters import Drafter, create as create_drafter
-from .drafters.guard import guard
+from .drafters import Drafter
 from .placement import Placement
-from .results import GenerationResult, Stats
+from .results import GenerationResult, Piece, Stats
 
 _log = logging.getLogger("specdec")
 #: drafting rounds a fixed-length drafter gets before it is judged (see ``Decoder._judge``)
 JUDGE_ROUNDS = 16
-
-PathLike = Union[str, "os.PathLike[str]"]
-Prompt = Union[str, bytes, Sequence[int]]
-DrafterSpec = Union[str, Drafter, Any]
-
-
-def _as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[DrafterSpec]:
-    if drafter is None:
-        return []
-    if isinstance(drafter, (list, tuple)):
-        return list(drafter)
-    return [drafter]
-
-
-def _stop_list(stop: Union[str, bytes, Iterable[Union[str, bytes]], None]) -> List[str]:
-    """Stop strings as text, checked up front (a bad one must not fail half-way into a request)."""
-    if stop is None:
-        return []
-    if isinstance(stop, (str, bytes)):
-        stop = [stop]
-    elif not isinstance(stop, Iterable):
-        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
-    out = []
-    for s in stop:
-        if isinstance(s, bytes):
-            try:
-                s = s.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(f"stop string {s!r} is not valid UTF-8") from None
-        if not isinstance(s, str):
-            raise TypeError(f"stop strings must be str or bytes, got {type(s).__name__}")
-        if not s:
-            raise ValueError("stop strings must not be empty")
-        out.append(s)
-    return out
-
-
-def _check_room(n_ctx: Any, n_seq_max: Any, n_max: int) -> None:
-    """A context too small to verify a draft is refused by name (llama.cpp would cap n_batch
-    at n_ctx and the controller would then speak of n_batch)."""
-    if n_max and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                     for v in (n_ctx, n_seq_max)) and n_ctx // n_seq_max < n_max + 2:
-        raise ValueError(f"n_ctx={n_ctx} is too small for drafts of n_max={n_max}: each of the "
-                         f"{n_seq_max} sequence(s) needs a prompt token and a verify batch of "
-                         f"n_max + 1 tokens (n_ctx >= {(n_max + 2) * n_seq_max})")
 
 
 def _run(ctl: Controller) -> None:
@@ -140,6 +97,12 @@ class Decoder:
         otherwise follows the target. With layers offloaded ``lazy_logits`` defaults to off:
         the output layer goes to the device first, and the lazy head reads host memory.
 
+    prefix_reuse
+        A prompt that starts with tokens of the previous request on the same sequence
+        (the previous turn of a chat, a shared system prompt) keeps their KV and decodes
+        only the rest (recurrent/hybrid targets: only when it extends the whole previous
+        sequence). Off for drafters that read the target's hidden states (MTP).
+
     ``close()`` frees the llama.cpp context now rather than at garbage collection, and
     ``with Decoder(...) as dec:`` closes it at the end of the block.
     """
@@ -171,66 +134,29 @@ class Decoder:
         rpc_servers: Union[str, Sequence[str], None] = None,
         n_gpu_layers_draft: Optional[int] = None,
         model_check: str = "fast",
+        prefix_reuse: bool = True,
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
-        specs = _as_list(drafter)
+        specs = as_list(drafter)
         placement = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers)
-        if isinstance(model, Model):
-            self.model = model
-            if self.exact and model.use_extra_bufts:
-                raise ValueError("exact=True needs the model loaded with use_extra_bufts=False "
-                                 "(or pass a path and let the Decoder load it)")
-            if placement != Placement():
-                raise ValueError("placement options (n_gpu_layers, rpc_servers, ...) apply when "
-                                 "the Decoder loads the model: pass them to Model(...) instead")
-        else:
-            wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
-            self.model = Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
-                               use_extra_bufts=not self.exact, check=model_check,
-                               **placement.options())
-        created = [create_drafter(s) for s in specs]
-        if n_gpu_layers_draft is not None:
-            placed = [d for d in created if hasattr(d, "n_gpu_layers")]
-            if not placed:
-                raise ValueError("n_gpu_layers_draft applies to drafters with a model of their "
-                                 "own (draft:PATH, layerskip:N, mtp); none is in use")
-            for d in placed:
-                d.n_gpu_layers = n_gpu_layers_draft
-        self.drafters: List[Drafter] = [guard(d, drafter_timeout, on_drafter_error)
-                                        for d in created]
-        for d in self.drafters:
-            configure = getattr(d, "configure", None)
-            if configure is not None:
-                configure(self.spec)
-        n_max_eff = self.spec.n_max if self.drafters else 0
-        # recurrent state rolled back by n_rs_seq snapshots (the others use checkpoints)
-        recurrent = (self.model.is_recurrent or self.model.is_hybrid) and self.model.supports_partial_rollback
-        nextn = None
-        for d in self.drafters:
-            nextn = getattr(d, "target_nextn", None) or nextn
-        if lazy_logits is None:
-            # off the host (any offloaded layer takes the output layer with it) the head
-            # cannot be read, and a device's LM head is cheap anyway
-            lazy_logits = ((nextn is None or self.model.arch in LAZY_NEXTN_ARCHS)
-                           and self.model.placement.n_gpu_layers == 0)
-        _check_room(n_ctx, n_seq_max, n_max_eff)
-        verify_rows = n_seq_max * (n_max_eff + 1)
-        if self.exact and n_ubatch is not None and n_ubatch < max(verify_rows, 2):
-            # a verify split into ubatches could leave a single row, which other kernels compute
-            raise ValueError(f"exact=True needs n_ubatch >= {max(verify_rows, 2)} (n_seq_max * "
-                             f"(n_max + 1)) so that no verify batch is split; got {n_ubatch}")
-        self.ctx = Context(
-            self.model, n_ctx=n_ctx, n_batch=max(n_batch, verify_rows),
-            n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
-            n_rs_seq=max(n_max_eff, int(self.exact)) if recurrent and (n_max_eff or self.exact) else 0,
-            nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=self.exact)
-        target = TargetView(self.ctx)   # drafters read the target; only the controller writes
-        for d in self.drafters:
-            d.bind(target, n_seq_max)
+        self.model = load_model(model, specs, exact=self.exact, placement=placement,
+                                load_mtp=load_mtp, model_check=model_check)
+        self.drafters: List[Drafter] = make_drafters(
+            specs, self.spec, drafter_timeout=drafter_timeout, on_drafter_error=on_drafter_error,
+            n_gpu_layers_draft=n_gpu_layers_draft)
+        self.ctx = make_context(self.model, self.drafters, self.spec, n_ctx=n_ctx,
+                                n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
+                                n_seq_max=n_seq_max, exact=self.exact, lazy_logits=lazy_logits)
         self.check = bool(check)
+        if self.check:
+            from ._checks import CheckedController
+            self._ctl: Controller = CheckedController(self.ctx, self.drafters, check=True,
+                                                      exact=self.exact)
+        else:
+            self._ctl = Controller(self.ctx, self.drafters, exact=self.exact)
+        self.prefix_reuse = bool(prefix_reuse) and needs_hidden_rows(self.drafters) is None
         self._lock = threading.Lock()
-        self._controller: Optional[Controller] = None
         self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
         self._closed = False
@@ -287,32 +213,37 @@ class Decoder:
     # --- setup per request -------------------------------------------------------------
 
     def tokenize(self, prompt: Prompt) -> List[int]:
-        if isinstance(prompt, (str, bytes)):
-            return self.model.tokenize(prompt, add_special=True, parse_special=True)
-        return list(prompt)
+        return tokenize(self.model, prompt)
 
-    def _controller_for(self, sampling: Sampling, stops: List[str]) -> Controller:
+    def _begin(self, prompts: List[Prompt], max_tokens: int, sampling: SamplingSpec,
+               stop: StopSpec, logprobs: Any = None) -> List[int]:
+        """Check the requests, then join them on sequences 0..n-1; returns those sequences."""
+        if not prompts:
+            raise ValueError("no prompts")
+        if len(prompts) > self.ctx.n_seq_max:
+            raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
+                             f"{self.ctx.n_seq_max}")
+        reqs = [Request.make(self.model, self._ctl.n_ctx_seq, p, max_tokens, sampling, stop,
+                             logprobs) for p in prompts]
         # the adaptive policy learns over this decoder's requests (greedy and sampled
         # verification accept differently, so each keeps its own)
-        greedy = sampling.temperature <= 0.0
-        ctl = Controller(
-            self.ctx, self.drafters, n_max=self.spec.n_max if self.drafters else 0,
-            n_min=self.spec.n_min, adaptive=self.spec.adaptive,
-            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p,
-            min_p=sampling.min_p, stop=stops, check=self.check, exact=self.exact,
-            policy=self._policies.get(greedy))
-        self._policies[greedy] = ctl.policy
-        return ctl
+        greedy = reqs[0].sampling.greedy
+        if greedy not in self._policies:
+            self._policies[greedy] = new_policy(self.spec.n_max if self.drafters else 0,
+                                                self.spec.adaptive)
+        seqs = list(range(len(reqs)))
+        for i in range(self.ctx.n_seq_max):
+            if self._ctl.is_active(i):
+                self._ctl.leave(i, keep=self.prefix_reuse)
+        for i, r in zip(seqs, reqs):
+            self._ctl.join(i, r.prompt, n_max=self.spec.n_max if self.drafters else 0,
+                           n_min=self.spec.n_min, policy=self._policies[greedy],
+                           reuse=self.prefix_reuse, **r.join_args(i))
+        return seqs
 
-    def _begin(self, prompts: List[Prompt], max_tokens: int, sampling, stop) -> Controller:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens < 2**31:
-            raise ValueError(f"max_tokens must be an int in [1, 2**31), got {max_tokens!r}")
-        s = Sampling.resolve(sampling)
-        ctl = self._controller_for(s, _stop_list(stop))
-        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
-        ctl.start([self.tokenize(p) for p in prompts], max_tokens,
-                  [seed + i for i in range(len(prompts))])
-        return ctl
+    def _finish(self, seqs: List[int]) -> None:
+        for i in seqs:
+            self._ctl.leave(i, keep=self.prefix_reuse)
 
     def _acquire(self) -> None:
         if self._closed:
@@ -329,55 +260,56 @@ class Decoder:
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
                                "thread")
 
-    def _result(self, ctl: Controller, seq: int = 0) -> GenerationResult:
-        st = ctl.stats()
-        if ctl.n_sequences > 1:
-            st = dict(st, n_prompt=ctl.n_prompt(seq), n_generated=len(ctl.tokens(seq)))
-        res = GenerationResult(
-            text=ctl.text(seq).decode("utf-8", "replace"), tokens=ctl.tokens(seq),
-            finish_reason=ctl.finish_reason(seq), stats=Stats(**st))
+    def _result(self, seq: int = 0) -> GenerationResult:
+        res = _result(self._ctl, seq)
         if seq == 0:
-            self._judge(Stats(**ctl.stats()))
+            self._judge(res.stats)
         return res
 
     # --- public ------------------------------------------------------------------------
 
-    def generate(self, prompt: Prompt, *, max_tokens: int = 128,
-                 sampling: Union[Sampling, dict, str, None] = None,
-                 stop: Union[str, Iterable[str]] = ()) -> GenerationResult:
-        """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids)."""
+    def generate(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
+                 stop: StopSpec = (), logprobs: Union[bool, int, None] = None
+                 ) -> GenerationResult:
+        """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids).
+
+        ``logprobs``: True for each token's log-probability, an int k for the k best
+        alternatives too (``GenerationResult.logprobs``)."""
         self._acquire()
         try:
-            ctl = self._begin([prompt], max_tokens, sampling, stop)
-            _run(ctl)
-            return self._result(ctl)
+            seqs = self._begin([prompt], max_tokens, sampling, stop, logprobs)
+            try:
+                _run(self._ctl)
+            finally:
+                self._finish(seqs)
+            return self._result()
         finally:
             self._lock.release()
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
-                       sampling: Union[Sampling, dict, str, None] = None,
-                       stop: Union[str, Iterable[str]] = ()) -> List[GenerationResult]:
-        """Several prompts at once, verified together in one batch per round."""
+                       sampling: SamplingSpec = None, stop: StopSpec = (),
+                       logprobs: Union[bool, int, None] = None) -> List[GenerationResult]:
+        """Several prompts at once, verified together in one batch per round (a seeded
+        ``sampling`` gives prompt i the seed ``seed + i``)."""
         self._acquire()
         try:
-            ctl = self._begin(list(prompts), max_tokens, sampling, stop)
-            _run(ctl)
-            return [self._result(ctl, i) for i in range(len(prompts))]
+            seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs)
+            try:
+                _run(self._ctl)
+            finally:
+                self._finish(seqs)
+            return [self._result(i) for i in seqs]
         finally:
             self._lock.release()
 
-    def stream(self, prompt: Prompt, *, max_tokens: int = 128,
-               sampling: Union[Sampling, dict, str, None] = None,
-               stop: Union[str, Iterable[str]] = ()) -> "Stream":
-        """Text pieces as they are accepted; ``.result`` holds the full result at the end."""
+    def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
+               stop: StopSpec = (), logprobs: Union[bool, int, None] = None) -> "Stream":
+        """Text pieces as they are accepted; ``.result`` holds the full result at the end
+        (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead)."""
         self._acquire()
         try:
-            ctl = self._begin([prompt], max_tokens, sampling, stop)
-        except BaseException:
-            self._lock.release()
-            raise
-        try:
-            st = Stream(self, ctl, _stop_list(stop))
+            self._begin([prompt], max_tokens, sampling, stop, logprobs)
+            st = Stream(self)
         except BaseException:
             self._lock.release()
             raise
@@ -393,7 +325,7 @@ class Decoder:
         at the template's end of turn. ``template_vars`` reach Jinja templates."""
         p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
         return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                             stop=_stop_list(stop) + p.stop)
+                             stop=stop_list(stop) + p.stop)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
                     sampling: Union[Sampling, dict, str, None] = None,
@@ -402,21 +334,17 @@ class Decoder:
         """:meth:`chat`, streamed: text pieces as they are accepted."""
         p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
         return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                           stop=_stop_list(stop) + p.stop)
+                           stop=stop_list(stop) + p.stop)
 
 
 class Stream:
     """Iterator over text pieces of one generation (one piece per round)."""
 
-    def __init__(self, decoder: Decoder, ctl: Controller, stops: List[str]) -> None:
+    def __init__(self, decoder: Decoder) -> None:
         self._decoder = decoder
-        self._ctl = ctl
-        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
-        self._held = ""
-        self._hold = max((len(s) for s in stops), default=1) - 1
-        self._stops = stops
+        self._ctl = decoder._ctl
+        self._pieces = Pieces()
         self._first = True
-        self._yielded = 0
         self._owner = threading.get_ident()
         self.result: Optional[GenerationResult] = None
 
@@ -430,33 +358,15 @@ class Stream:
 
     def _release(self) -> None:
         if self.result is None:
-            self.result = self._decoder._result(self._ctl)
-            self._decoder._lock.release()
+            try:
+                self._decoder._finish([0])
+                self.result = self._decoder._result()
+            finally:
+                self._decoder._lock.release()
 
-    def _piece(self, final: bool) -> str:
-        if final:
-            # the whole text, once: a stop string may have cut what was held back
-            self._held = ""
-            text = self._ctl.text().decode("utf-8", "replace")[self._yielded:]
-            self._yielded += len(text)
-            return text
-        text = self._held + self._utf8.decode(self._ctl.take_text())
-        if not self._hold:
-            self._yielded += len(text)
-            return text
-        # hold back a tail that could still become a stop string
-        keep = 0
-        for s in self._stops:
-            for n in range(min(len(s) - 1, len(text)), 0, -1):
-                if text.endswith(s[:n]):
-                    keep = max(keep, n)
-                    break
-        self._held = text[len(text) - keep:] if keep else ""
-        out = text[:len(text) - keep] if keep else text
-        self._yielded += len(out)
-        return out
-
-    def __next__(self) -> str:
+    def next_piece(self) -> Piece:
+        """The next :class:`Piece` (text with its token ids and logprobs); StopIteration at
+        the end."""
         if self.result is not None:
             raise StopIteration
         try:
@@ -466,20 +376,33 @@ class Stream:
                     alive = self._ctl.finish_reason() is None
                 else:
                     alive = self._ctl.step() > 0
+                piece = self._pieces.next(self._ctl, 0, final=not alive)
                 if not alive:
-                    piece = self._piece(final=True)
                     self._release()
-                    if piece:
+                    if piece.text or piece.tokens:
                         return piece
                     raise StopIteration
-                piece = self._piece(final=False)
-                if piece:
+                if piece.text or piece.tokens:
                     return piece
         except StopIteration:
             raise
         except BaseException:
             self._release()
             raise
+
+    def pieces(self) -> Iterator[Piece]:
+        """Iterate :class:`Piece` objects instead of text."""
+        while True:
+            try:
+                yield self.next_piece()
+            except StopIteration:
+                return
+
+    def __next__(self) -> str:
+        while True:
+            piece = self.next_piece()
+            if piece.text:
+                return piece.text
 
     def close(self) -> None:
         """Stop early; the decoder is free again. A new call on the decoder from this
@@ -495,18 +418,16 @@ class Stream:
 
 
 def generate(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
-             sampling: Union[Sampling, dict, str, None] = None,
-             stop: Union[str, Iterable[str]] = (), drafter=None, **decoder_options: Any
-             ) -> GenerationResult:
+             sampling: SamplingSpec = None, stop: StopSpec = (), drafter: Any = None,
+             **decoder_options: Any) -> GenerationResult:
     """One-shot generation. For repeated calls keep a :class:`Decoder` instead."""
     dec = Decoder(model, drafter=drafter, **decoder_options)
     return dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
 
 
 def stream(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
-           sampling: Union[Sampling, dict, str, None] = None,
-           stop: Union[str, Iterable[str]] = (), drafter=None, **decoder_options: Any
-           ) -> Iterator[str]:
+           sampling: SamplingSpec = None, stop: StopSpec = (), drafter: Any = None,
+           **decoder_options: Any) -> Iterator[str]:
     """One-shot streaming generation: yields text pieces."""
     dec = Decoder(model, drafter=drafter, **decoder_options)
     return dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)

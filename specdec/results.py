@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Stats:
     draft_rounds: int = 0
     filler_rounds: int = 0
     redecodes: int = 0          # checkpoint rollbacks: decodes of the accepted prefix again
+    n_prompt_decoded: int = -1  # prompt tokens decoded (the rest reused a kept prefix); -1: all
     t_target_s: float = 0.0
     t_lm_head_s: float = 0.0
     t_draft_s: float = 0.0
@@ -53,18 +54,45 @@ class Stats:
         return d
 
 
+class TokenLogprob(NamedTuple):
+    """A generated token's log-probability under the target (``log_softmax`` of its raw
+    logits, before sampling filters), and the ``top`` alternatives as ``(id, logprob)``,
+    best first."""
+
+    logprob: float
+    top: List[Tuple[int, float]]
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A piece of a streamed generation: its text, the token ids it came from, and their
+    logprobs when the request asked for them. A UTF-8 character split across tokens
+    comes out whole, with the piece of its last token."""
+
+    text: str
+    tokens: List[int]
+    logprobs: Optional[List[TokenLogprob]] = None
+
+
 @dataclass(frozen=True)
 class GenerationResult:
     """``finish_reason``: ``"length"`` (``max_tokens`` reached), ``"stop"`` (a stop string;
     ``text`` ends right before it, and ``tokens`` ends with the token in which it begins),
-    ``"eos"`` (the model's end-of-generation token, which is not in ``tokens``) or
-    ``"context"`` (the context window is full)."""
+    ``"eos"`` (the model's end-of-generation token, which is not in ``tokens``),
+    ``"context"`` (the context window is full), or for an :class:`~specdec.Engine` request
+    cut short, ``"cancelled"`` or ``"timeout"``."""
 
     text: str
     tokens: List[int]
     finish_reason: Optional[str]
     stats: Stats
+    #: per token of ``tokens``, when the request asked for logprobs
+    logprobs: Optional[List[TokenLogprob]] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"text": self.text, "tokens": list(self.tokens),
-                "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}
+        d = {"text": self.text, "tokens": list(self.tokens),
+             "finish_reason": self.finish_reason, "stats": self.stats.to_dict()}
+        if self.logprobs is not None:
+            d["logprobs"] = [{"logprob": lp.logprob, "top": [list(t) for t in lp.top]}
+                             for lp in self.logprobs]
+        return d

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from specdec import Decoder, Model
-from specdec._controller import Controller
+from specdec._checks import CheckedController
 from specdec.testing import write_bigram_mtp_model, write_tiny_qwen35
 
 N_GEN = 96
@@ -34,7 +34,7 @@ def _echo(path: str, prompt: str) -> str:
 def _specdec_drafts(path: str, prompt: str, n_max: int, n_gen: int):
     """``{pos: (drafts, accepted)}`` of specdec's rounds, and the prompt length."""
     dec = Decoder(path, drafter="mtp", n_max=n_max, n_ctx=1024, n_threads=2)
-    ctl = Controller(dec.ctx, dec.drafters, n_max=n_max, record=True)
+    ctl = CheckedController(dec.ctx, dec.drafters, n_max=n_max, record=True)
     toks = dec.tokenize(prompt)
     ctl.start([toks], n_gen)
     ctl.run()

@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from specdec import Batch, Context
+from specdec._checks import CheckedController
 from specdec._controller import Controller
 from specdec._sampling import Distribution
 from specdec.drafters import Drafter
@@ -65,8 +66,8 @@ class Proposer(Drafter):
 def _sample(model, drafter, broken=False, n_samples=N_SAMPLES):
     ctx = Context(model, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
     drafter.bind(ctx, N_SEQ)
-    ctl = Controller(ctx, [drafter], n_max=2, temperature=TEMP, top_k=TOP_K,
-                     unsafe_accept_all=broken)
+    ctl = CheckedController(ctx, [drafter], n_max=2, temperature=TEMP, top_k=TOP_K,
+                            unsafe_accept_all=broken)
     counts = {}
     totals = dict.fromkeys(("drafted", "accepted", "redecodes"), 0)   # over every request
     for r in range(n_samples // N_SEQ):

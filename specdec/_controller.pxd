@@ -1,0 +1,90 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
+from libcpp.vector cimport vector
+
+from ._core cimport Model, Context, Batch
+from ._sampling cimport SamplingParams, Rng
+from ._policy cimport DraftPolicy
+from ._timing cimport Clock, N_PARTS
+from ._output cimport TextOutput
+from ._verify cimport Verifier
+from .drafters._base cimport Draft
+
+
+cdef enum DraftKind:
+    NO_DRAFT = 0    # the round verifies the pending token only
+    DRAFTED = 1     # a drafter's proposal (``proposer``: its index in the sequence's drafters)
+    FILLER = 2      # exact mode: a free guess (the pending token again) filling the batch
+
+
+cdef class _Seq:
+    cdef int id
+    cdef bint active         # joined, not left
+    cdef int32_t last        # sampled, not yet in the target's memory
+    cdef int n_past          # tokens in the target's memory
+    cdef vector[int32_t] mem     # those tokens, by position (prefix reuse compares them)
+    cdef int n_prompt, n_decoded  # prompt tokens, and how many of them were decoded (not reused)
+    cdef TextOutput out
+    cdef Rng rng
+    cdef SamplingParams sp
+    cdef bint greedy
+    cdef list drafters       # the sequence's drafters, tried in order
+    cdef int n_drafters
+    cdef int n_min
+    cdef DraftPolicy policy
+    cdef Draft draft
+    cdef DraftKind kind
+    cdef int proposer
+    cdef int row0            # batch index of ``last`` in the current verify batch (-1: none)
+    cdef int k               # drafts in the current verify batch
+    cdef int n_pad           # throw-away rows after them (exact mode)
+    cdef double t_asked      # time spent drafting this round (catch-up left out)
+    cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
+    cdef vector[uint8_t] ckpt    # recurrent state before the current verify (checkpoint archs)
+    cdef double t_ckpt
+    cdef bint redo           # a partial accept restored the checkpoint: decode again
+    cdef int32_t prev        # the ``last`` of the current verify
+    cdef int a               # drafts accepted in the current verify
+    cdef double t_v          # the current verify's cost so far
+    # this request's counters
+    cdef int64_t rounds, drafted, accepted, draft_rounds, filler, redecodes
+    cdef vector[int64_t] drafted_at, accepted_at
+    cdef double t_prompt, t_gen
+    cdef double t_part[5]
+
+
+cdef class Controller:
+    cdef readonly Context ctx
+    cdef readonly Model model
+    cdef list drafters
+    cdef Batch batch
+    cdef list seqs
+    cdef readonly int n_ctx_seq
+    cdef bint exact
+    cdef bint pad_equal      # exact mode on attention-only targets: equal rows per sequence
+    cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
+    cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rs_seq)
+    cdef uint32_t ckpt_flags
+    cdef Verifier verifier
+    cdef Clock clock
+    cdef double t_sync       # of the last _propose: drafters catching up, not drafting
+    cdef vector[int32_t] scratch
+    cdef dict defaults       # request settings of the constructor, for ``start``
+    cdef list started        # the sequences of the last ``start`` (``stats()`` sums them)
+    # totals since the last ``start`` / ``reset_stats``
+    cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds, n_filler, n_redecode
+    cdef vector[int64_t] drafted_at, accepted_at
+    cdef double t_prompt, t_start, t_gen
+
+    cdef _Seq _seq(self, int seq)
+    cdef int _prefill(self, _Seq s, vector[int32_t] & toks, int n0) except -1
+    cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
+    cdef int _propose(self, _Seq s, int k_cap) except -1
+    cdef int _pad(self, list batch_seqs) except -1
+    cdef int _save_checkpoints(self) except -1
+    cdef int _redecode(self) except -1
+    cdef int _verify(self, _Seq s, double t_dec) except -1
+    cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1
+    cdef int _count(self, _Seq s, int k, int a) except -1
+    # hook for tests (specdec._checks records verified drafts); the default does nothing
+    cdef int _on_verified(self, _Seq s, int pos, int k, int a) except -1

@@ -1,0 +1,145 @@
+"""One request, checked once at the API boundary, for both faces of the controller.
+
+:class:`~specdec.Decoder` (one caller at a time) and :class:`~specdec.Engine` (many
+concurrent callers) take the same request options; this module turns them into the
+arguments of ``Controller.join`` and reads a finished sequence back as a
+:class:`GenerationResult`. Below this layer the controller only asserts.
+"""
+from __future__ import annotations
+
+import codecs
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ._core import ContextFullError, Model
+from .config import Sampling
+from .results import GenerationResult, Piece, Stats, TokenLogprob
+
+Prompt = Union[str, bytes, Sequence[int]]
+StopSpec = Union[str, bytes, Iterable[Union[str, bytes]], None]
+SamplingSpec = Union[Sampling, Dict[str, Any], str, None]
+#: the most top-k alternatives a request may ask per token (OpenAI's limit)
+MAX_TOP_LOGPROBS = 20
+
+
+def stop_list(stop: StopSpec) -> List[str]:
+    """Stop strings as text, checked up front (a bad one must not fail half-way into a request)."""
+    if stop is None:
+        return []
+    if isinstance(stop, (str, bytes)):
+        stop = [stop]
+    elif not isinstance(stop, Iterable):
+        raise TypeError(f"stop must be a string or a list of strings, got {type(stop).__name__}")
+    out = []
+    for s in stop:
+        if isinstance(s, bytes):
+            try:
+                s = s.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"stop string {s!r} is not valid UTF-8") from None
+        if not isinstance(s, str):
+            raise TypeError(f"stop strings must be str or bytes, got {type(s).__name__}")
+        if not s:
+            raise ValueError("stop strings must not be empty")
+        out.append(s)
+    return out
+
+
+def check_max_tokens(max_tokens: Any) -> int:
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens < 2**31:
+        raise ValueError(f"max_tokens must be an int in [1, 2**31), got {max_tokens!r}")
+    return max_tokens
+
+
+def check_logprobs(logprobs: Any) -> int:
+    """None or False: none (-1); True: the chosen token's only (0); k: also the k best."""
+    if logprobs is None or logprobs is False:
+        return -1
+    if logprobs is True:
+        return 0
+    if not isinstance(logprobs, (int, np.integer)) or not 0 <= logprobs <= MAX_TOP_LOGPROBS:
+        raise ValueError(f"logprobs must be None, a bool or an int in [0, {MAX_TOP_LOGPROBS}], "
+                         f"got {logprobs!r}")
+    return int(logprobs)
+
+
+def tokenize(model: Model, prompt: Prompt) -> List[int]:
+    if isinstance(prompt, (str, bytes)):
+        return model.tokenize(prompt, add_special=True, parse_special=True)
+    if isinstance(prompt, np.ndarray) and prompt.ndim != 1:
+        raise ValueError(f"a prompt of token ids is one-dimensional, got shape {prompt.shape}")
+    return list(prompt)
+
+
+def check_prompt(model: Model, prompt: Prompt, n_ctx_seq: int) -> List[int]:
+    """Token ids of ``prompt``, each in range, leaving room to generate."""
+    p = tokenize(model, prompt)
+    if not p:
+        raise ValueError("empty prompt: nothing to condition on")
+    for t in p:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"prompt token ids must be ints, got {type(t).__name__}")
+        if not 0 <= t < model.n_vocab:
+            raise ValueError(f"prompt token id {t} out of range [0, {model.n_vocab})")
+    if len(p) >= n_ctx_seq:
+        raise ContextFullError(f"prompt of {len(p)} tokens does not fit the context "
+                               f"(n_ctx={n_ctx_seq}); leave room to generate")
+    return [int(t) for t in p]
+
+
+@dataclass(frozen=True)
+class Request:
+    """A checked request: what ``Controller.join`` needs, minus the slot and the policy."""
+
+    prompt: List[int]
+    max_tokens: int
+    sampling: Sampling
+    seed: int
+    stops: Tuple[str, ...]
+    logprobs: int            # -1: none
+
+    @classmethod
+    def make(cls, model: Model, n_ctx_seq: int, prompt: Prompt, max_tokens: Any,
+             sampling: SamplingSpec, stop: StopSpec, logprobs: Any = None) -> "Request":
+        s = Sampling.resolve(sampling)
+        seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
+        return cls(prompt=check_prompt(model, prompt, n_ctx_seq),
+                   max_tokens=check_max_tokens(max_tokens), sampling=s, seed=seed,
+                   stops=tuple(stop_list(stop)), logprobs=check_logprobs(logprobs))
+
+    def join_args(self, seed_offset: int = 0) -> Dict[str, Any]:
+        s = self.sampling
+        return dict(max_tokens=self.max_tokens, seed=(self.seed + seed_offset) % 2**64,
+                    temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
+                    stop=[x.encode("utf-8") for x in self.stops], logprobs=self.logprobs)
+
+
+def logprob_list(raw: Optional[list]) -> Optional[List[TokenLogprob]]:
+    if raw is None:
+        return None
+    return [TokenLogprob(lp, top) for lp, top in raw]
+
+
+def result(ctl: Any, seq: int, finish_reason: Optional[str] = None) -> GenerationResult:
+    """The finished (or cut short: ``finish_reason``) request on ``seq`` of ``ctl``."""
+    toks = ctl.tokens(seq)
+    return GenerationResult(
+        text=ctl.text(seq).decode("utf-8", "replace"), tokens=toks,
+        finish_reason=finish_reason or ctl.finish_reason(seq), stats=Stats(**ctl.stats(seq)),
+        logprobs=logprob_list(ctl.logprobs(seq)))
+
+
+class Pieces:
+    """Turns what ``Controller.take`` releases into :class:`Piece` objects (text decoded
+    incrementally: a UTF-8 character split across tokens comes out whole)."""
+
+    def __init__(self) -> None:
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def next(self, ctl: Any, seq: int, final: bool = False) -> Piece:
+        data, toks, lps = ctl.take(seq)
+        text = self._utf8.decode(data, final=final)
+        return Piece(text=text, tokens=toks, logprobs=logprob_list(lps))

@@ -1,0 +1,107 @@
+"""Model, drafters and target context from the user's options: shared by Decoder and Engine."""
+from __future__ import annotations
+
+import os
+from typing import Any, List, Optional, Sequence, Union
+
+from ._core import LAZY_NEXTN_ARCHS, Context, Model, TargetView
+from .config import SpecConfig
+from .drafters import Drafter, create as create_drafter
+from .drafters.guard import guard
+from .placement import Placement
+
+PathLike = Union[str, "os.PathLike[str]"]
+DrafterSpec = Union[str, Drafter, Any]
+
+
+def as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[DrafterSpec]:
+    if drafter is None:
+        return []
+    if isinstance(drafter, (list, tuple)):
+        return list(drafter)
+    return [drafter]
+
+
+def check_room(n_ctx: Any, n_seq_max: Any, n_max: int) -> None:
+    """A context too small to verify a draft is refused by name (llama.cpp would cap n_batch
+    at n_ctx and the controller would then speak of n_batch)."""
+    if n_max and all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                     for v in (n_ctx, n_seq_max)) and n_ctx // n_seq_max < n_max + 2:
+        raise ValueError(f"n_ctx={n_ctx} is too small for drafts of n_max={n_max}: each of the "
+                         f"{n_seq_max} sequence(s) needs a prompt token and a verify batch of "
+                         f"n_max + 1 tokens (n_ctx >= {(n_max + 2) * n_seq_max})")
+
+
+def load_model(model: Union[Model, PathLike], specs: List[DrafterSpec], *, exact: bool,
+               placement: Placement, load_mtp: Optional[bool], model_check: str) -> Model:
+    if isinstance(model, Model):
+        if exact and model.use_extra_bufts:
+            raise ValueError("exact=True needs the model loaded with use_extra_bufts=False "
+                             "(or pass a path and let the Decoder load it)")
+        if placement != Placement():
+            raise ValueError("placement options (n_gpu_layers, rpc_servers, ...) apply when "
+                             "the Decoder loads the model: pass them to Model(...) instead")
+        return model
+    wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
+    return Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
+                 use_extra_bufts=not exact, check=model_check, **placement.options())
+
+
+def make_drafters(specs: List[DrafterSpec], spec: SpecConfig, *,
+                  drafter_timeout: Optional[float], on_drafter_error: str,
+                  n_gpu_layers_draft: Optional[int]) -> List[Drafter]:
+    created = [create_drafter(s) for s in specs]
+    if n_gpu_layers_draft is not None:
+        placed = [d for d in created if hasattr(d, "n_gpu_layers")]
+        if not placed:
+            raise ValueError("n_gpu_layers_draft applies to drafters with a model of their "
+                             "own (draft:PATH, layerskip:N, mtp); none is in use")
+        for d in placed:
+            d.n_gpu_layers = n_gpu_layers_draft
+    drafters: List[Drafter] = [guard(d, drafter_timeout, on_drafter_error) for d in created]
+    for d in drafters:
+        configure = getattr(d, "configure", None)
+        if configure is not None:
+            configure(spec)
+    return drafters
+
+
+def needs_hidden_rows(drafters: Sequence[Drafter]) -> Optional[str]:
+    """The MTP hidden-state mode one of the drafters reads from the target (None: none does)."""
+    nextn = None
+    for d in drafters:
+        nextn = getattr(d, "target_nextn", None) or nextn
+    return nextn
+
+
+def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
+                 n_batch: int, n_ubatch: Optional[int], n_threads: Optional[int],
+                 n_seq_max: int, exact: bool, lazy_logits: Optional[bool],
+                 kv_unified: Optional[bool] = None) -> Context:
+    """The target context, sized for verify batches of every sequence, and the drafters
+    bound to it (they read the target through a :class:`TargetView`)."""
+    n_max = spec.n_max if drafters else 0
+    # recurrent state rolled back by n_rs_seq snapshots (the others use checkpoints)
+    recurrent = (model.is_recurrent or model.is_hybrid) and model.supports_partial_rollback
+    nextn = needs_hidden_rows(drafters)
+    if lazy_logits is None:
+        # off the host (any offloaded layer takes the output layer with it) the head
+        # cannot be read, and a device's LM head is cheap anyway
+        lazy_logits = ((nextn is None or model.arch in LAZY_NEXTN_ARCHS)
+                       and model.placement.n_gpu_layers == 0)
+    check_room(n_ctx, n_seq_max, n_max)
+    # exact mode pads every sequence of a verify to the same rows, at least two
+    verify_rows = n_seq_max * max(n_max + 1, 2 if exact and n_seq_max > 1 else 1)
+    if exact and n_ubatch is not None and n_ubatch < max(verify_rows, 2):
+        # a verify split into ubatches could leave a single row, which other kernels compute
+        raise ValueError(f"exact=True needs n_ubatch >= {max(verify_rows, 2)} (n_seq_max * "
+                         f"(n_max + 1)) so that no verify batch is split; got {n_ubatch}")
+    ctx = Context(
+        model, n_ctx=n_ctx, n_batch=max(n_batch, verify_rows),
+        n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
+        n_rs_seq=max(n_max, int(exact)) if recurrent and (n_max or exact) else 0,
+        nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
+    target = TargetView(ctx)   # drafters read the target; only the controller writes
+    for d in drafters:
+        d.bind(target, n_seq_max)
+    return ctx

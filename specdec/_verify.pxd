@@ -1,0 +1,23 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t
+from ._core cimport Context
+from ._sampling cimport SamplingParams, Rng, Distribution
+from ._timing cimport Clock
+from .drafters._base cimport Draft
+
+
+cdef class Verifier:
+    cdef Context ctx
+    cdef int n_vocab
+    cdef Distribution dist
+    cdef Clock * clock
+
+    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng) except -1
+    cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1
+    cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
+                       int32_t * y) except -1
+    cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
+    cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil
+    # hooks for tests (specdec._checks overrides them); the defaults cost a virtual call
+    cdef bint _accepts(self, double u, float px, float qx) noexcept
+    cdef int _on_argmax(self, int row, int32_t y) except -1

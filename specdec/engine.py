@@ -1,0 +1,600 @@
+"""An engine for concurrent requests: one model, one target context with a slot per request.
+
+Requests join and leave between verify rounds (continuous batching), and every round
+verifies all running requests in one batched decode. The rounds run on one worker
+thread (llama.cpp's decode releases the GIL); callers submit from any thread
+(:meth:`Engine.submit`, which returns a :class:`RequestHandle`) or from asyncio
+(:meth:`Engine.generate`, :meth:`Engine.stream`).
+
+Each request has its own sampling, ``max_tokens``, stop strings, logprobs, drafter (one
+of those the engine loaded, or none) and draft length. The engine's drafters are shared
+objects: per-request state is kept per slot, and what a drafter learns across requests
+is shared by every request that uses it: the suffix drafter's corpus and the n-gram
+cache's dynamic cache grow with every finished request, whichever slot it ran on.
+
+A finished request's slot keeps its KV: a later request whose prompt starts with the
+same tokens (the previous turn of a chat, a shared system prompt) takes that slot and
+decodes only the new suffix. A cancelled, timed-out or abandoned request (its handle
+garbage-collected) leaves at the next round and frees its slot and its KV.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+import weakref
+from typing import (Any, AsyncIterator, Callable, Deque, Dict, Iterator, List, Mapping, Optional,
+                    Sequence, Tuple, Union)
+
+from ._controller import Controller, new_policy
+from ._core import Model
+from ._request import Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result, tokenize
+from ._setup import (DrafterSpec, PathLike, as_list, load_model, make_context, make_drafters,
+                     needs_hidden_rows)
+from .config import SpecConfig
+from .drafters import Drafter
+from .placement import Placement
+from .results import GenerationResult, Piece, Stats
+
+_log = logging.getLogger("specdec")
+
+#: ``drafter=`` of a request: the engine's default drafter
+DEFAULT = "default"
+#: ``drafter=`` of a request: no drafter (plain decoding)
+PLAIN = "plain"
+
+
+class EngineClosed(RuntimeError):
+    """The engine was closed: it takes no more requests."""
+
+
+class _State:
+    """What the worker and a request's handle share (the worker never holds the handle,
+    so a handle nobody keeps is garbage-collected, and its request cancelled)."""
+
+    def __init__(self, req: Request, chain: Tuple[str, ...], n_max: int,
+                 deadline: Optional[float], loop: Optional[asyncio.AbstractEventLoop]) -> None:
+        self.req = req
+        self.chain = chain
+        self.n_max = n_max
+        self.deadline = deadline
+        self.future: "concurrent.futures.Future[GenerationResult]" = concurrent.futures.Future()
+        self.cancelled = False
+        self.loop = loop
+        self.pieces: "queue.SimpleQueue[Optional[Piece]]" = queue.SimpleQueue()
+        self.apieces: Optional["asyncio.Queue[Optional[Piece]]"] = (
+            asyncio.Queue() if loop is not None else None)
+        self.slot = -1
+        self.n_decoded = 0
+        self.t_submit = time.monotonic()
+        self.t_first: Optional[float] = None
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+    def put(self, piece: Optional[Piece]) -> None:
+        """A piece (None: the end) to whoever reads the request."""
+        if self.apieces is not None and self.loop is not None:
+            try:
+                self.loop.call_soon_threadsafe(self.apieces.put_nowait, piece)
+            except RuntimeError:      # the loop is closed: nobody reads any more
+                self.cancelled = True
+        else:
+            self.pieces.put(piece)
+
+    def finish(self, res: Optional[GenerationResult] = None,
+               exc: Optional[BaseException] = None) -> None:
+        if self.future.done():
+            return
+        self.put(None)
+        if exc is not None:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(res)   # type: ignore[arg-type]
+
+
+class RequestHandle:
+    """A submitted request: its result, its pieces as they come, and a way to stop it.
+
+    Iterating the handle yields :class:`Piece` objects (text, token ids, logprobs) until
+    the request ends; ``result()`` waits for the :class:`GenerationResult`. Dropping the
+    last reference to an unfinished handle cancels the request.
+    """
+
+    def __init__(self, state: _State) -> None:
+        self._s = state
+        weakref.finalize(self, state.cancel)
+
+    @property
+    def slot(self) -> int:
+        """The engine slot the request runs on (-1 while queued)."""
+        return self._s.slot
+
+    @property
+    def n_prompt_decoded(self) -> int:
+        """Prompt tokens decoded for this request (the rest came from a slot's kept KV)."""
+        return self._s.n_decoded
+
+    @property
+    def time_to_first_token(self) -> Optional[float]:
+        """Seconds from ``submit`` to the first token (None before it)."""
+        return None if self._s.t_first is None else self._s.t_first - self._s.t_submit
+
+    def done(self) -> bool:
+        return self._s.future.done()
+
+    def cancel(self) -> None:
+        """Stop the request at the next round (its result ends with ``finish_reason ==
+        "cancelled"``); its slot and KV are freed."""
+        self._s.cancel()
+
+    def result(self, timeout: Optional[float] = None) -> GenerationResult:
+        """Wait for the result; ``TimeoutError`` after ``timeout`` seconds (the request goes
+        on: ``cancel()`` stops it). Raises what the request failed with, if it failed."""
+        try:
+            return self._s.future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise TimeoutError(f"the request did not finish within {timeout} s") from None
+
+    def __iter__(self) -> Iterator[Piece]:
+        return self.pieces()
+
+    def pieces(self, timeout: Optional[float] = None) -> Iterator[Piece]:
+        """Pieces as they come; ``TimeoutError`` when none came for ``timeout`` seconds.
+        Each piece is delivered once, to one reader."""
+        if self._s.apieces is not None:
+            raise RuntimeError("this request streams to asyncio: use `async for`")
+        while True:
+            try:
+                p = self._s.pieces.get(timeout=timeout)
+            except queue.Empty:
+                raise TimeoutError(f"no piece within {timeout} s") from None
+            if p is None:
+                self._s.pieces.put(None)    # the end stays visible to a second loop
+                exc = self._s.future.exception() if self._s.future.done() else None
+                if exc is not None:
+                    raise exc
+                return
+            yield p
+
+
+class AsyncStream:
+    """``async for piece in engine.stream(...)``: :class:`Piece` objects as they come.
+
+    ``result`` holds the :class:`GenerationResult` once the iteration ended. Leaving
+    the loop early (``break``, an exception, a cancelled task) cancels the request.
+    """
+
+    def __init__(self, state: _State) -> None:
+        self._s = state
+        self.result: Optional[GenerationResult] = None
+        weakref.finalize(self, state.cancel)
+
+    def __aiter__(self) -> "AsyncStream":
+        return self
+
+    async def __anext__(self) -> Piece:
+        assert self._s.apieces is not None
+        try:
+            p = await self._s.apieces.get()
+        except BaseException:
+            self._s.cancel()
+            raise
+        if p is None:
+            self._s.apieces.put_nowait(None)
+            self.result = await asyncio.wrap_future(self._s.future)
+            raise StopAsyncIteration
+        return p
+
+    async def aclose(self) -> None:
+        """Cancel the request (if it still runs)."""
+        if not self._s.future.done():
+            self._s.cancel()
+
+    def cancel(self) -> None:
+        self._s.cancel()
+
+    async def __aenter__(self) -> "AsyncStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+class Engine:
+    """One model serving concurrent requests, with speculative decoding.
+
+    Parameters
+    ----------
+    model
+        A GGUF path or a loaded :class:`Model`.
+    drafters
+        The drafters the engine loads: names or instances as :class:`Decoder` takes them
+        (a mapping gives them names of your choosing). A request picks one by name, or a
+        list of names as a chain, with ``drafter=``; the engine's default is
+        ``default_drafter`` (the first loaded drafter unless given; ``"plain"``: none).
+    n_slots
+        Requests that run at once; more wait in a queue. Each slot holds ``n_ctx`` tokens
+        (prompt plus generation).
+    n_max, n_min, adaptive
+        Draft length settings; a request may ask a shorter ``n_max``.
+    exact
+        Greedy output equal to plain decoding token for token, whatever else runs: the
+        context computes every row with batch-invariant kernels, and every sequence of a
+        verify batch gets the same number of rows (see ``Controller._pad``).
+    prefix_reuse
+        A request whose prompt starts with tokens a free slot still holds reuses that KV
+        (off for drafters that read the target's hidden states, MTP).
+    n_batch, n_threads, lazy_logits, drafter_timeout, on_drafter_error, load_mtp,
+    model_check, n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers
+        As for :class:`Decoder`.
+
+    ``close()`` (or ``with Engine(...) as engine:``) stops the worker, cancels what is
+    still running and frees the context.
+    """
+
+    def __init__(
+        self,
+        model: Union[Model, PathLike],
+        *,
+        drafters: Union[Mapping[str, DrafterSpec], Sequence[DrafterSpec], DrafterSpec, None] = None,
+        default_drafter: Union[str, Sequence[str], None] = None,
+        n_slots: int = 4,
+        n_ctx: int = 4096,
+        n_max: int = 4,
+        n_min: int = 0,
+        p_min: float = 0.0,
+        adaptive: bool = False,
+        exact: bool = False,
+        prefix_reuse: bool = True,
+        n_batch: int = 512,
+        n_threads: Optional[int] = None,
+        lazy_logits: Optional[bool] = None,
+        drafter_timeout: Optional[float] = None,
+        on_drafter_error: str = "raise",
+        load_mtp: Optional[bool] = None,
+        model_check: str = "fast",
+        n_gpu_layers: int = 0,
+        split_mode: Union[str, int] = "layer",
+        main_gpu: int = 0,
+        tensor_split: Optional[Sequence[float]] = None,
+        rpc_servers: Union[str, Sequence[str], None] = None,
+    ) -> None:
+        if isinstance(n_slots, bool) or not isinstance(n_slots, int) or not 1 <= n_slots <= 256:
+            raise ValueError(f"n_slots must be an int in [1, 256], got {n_slots!r}")
+        if isinstance(n_ctx, bool) or not isinstance(n_ctx, int) or n_ctx < 2:
+            raise ValueError(f"n_ctx (tokens per slot) must be an int >= 2, got {n_ctx!r}")
+        self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
+        self.exact = bool(exact)
+        if isinstance(drafters, Mapping):
+            names = [str(k) for k in drafters]
+            specs = list(drafters.values())
+        else:
+            specs = as_list(drafters)
+            names = [s if isinstance(s, str) else "" for s in specs]
+        placement = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers)
+        self.model = load_model(model, specs, exact=self.exact, placement=placement,
+                                load_mtp=load_mtp, model_check=model_check)
+        loaded = make_drafters(specs, self.spec, drafter_timeout=drafter_timeout,
+                               on_drafter_error=on_drafter_error, n_gpu_layers_draft=None)
+        self.drafters: Dict[str, Drafter] = {}
+        for name, d in zip(names, loaded):
+            name = name or d.name or type(d).__name__
+            if name in self.drafters or name in (DEFAULT, PLAIN):
+                raise ValueError(f"two drafters named {name!r}: pass a mapping of names")
+            self.drafters[name] = d
+        self.n_slots = n_slots
+        self.n_ctx = n_ctx
+        # exact mode pads a verify's sequences with rows past their draft: room for them
+        slack = max(self.spec.n_max + 1, 2) if self.exact else 0
+        self.ctx = make_context(self.model, loaded, self.spec, n_ctx=(n_ctx + slack) * n_slots,
+                                n_batch=n_batch, n_ubatch=None, n_threads=n_threads,
+                                n_seq_max=n_slots, exact=self.exact, lazy_logits=lazy_logits,
+                                kv_unified=False)
+        self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx)
+        self.prefix_reuse = bool(prefix_reuse)
+        self._default = self._chain(self._first_default(default_drafter))
+        self._policies: Dict[Tuple[Tuple[str, ...], int, bool], Any] = {}
+        self._cv = threading.Condition()
+        self._queue: Deque[_State] = collections.deque()
+        self._running: Dict[int, _State] = {}
+        self._recent: List[int] = list(range(n_slots))   # free slots, least recently used first
+        self._pieces: Dict[int, Pieces] = {}
+        self._closed = False
+        self._totals = collections.Counter()
+        self._drafted_at: List[int] = []
+        self._accepted_at: List[int] = []
+        self._worker = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
+        self._worker.start()
+
+    def _first_default(self, default: Union[str, Sequence[str], None]) -> Union[str, Sequence[str]]:
+        if default is not None:
+            return default
+        return next(iter(self.drafters), PLAIN)
+
+    def _chain(self, drafter: Union[str, Sequence[str], None]) -> Tuple[str, ...]:
+        """The drafter names a request drafts with (checked)."""
+        if drafter is None or drafter == DEFAULT:
+            return self._default
+        if drafter == PLAIN:
+            return ()
+        chain = (drafter,) if isinstance(drafter, str) else tuple(drafter)
+        for name in chain:
+            if not isinstance(name, str) or name not in self.drafters:
+                raise ValueError(f"unknown drafter {name!r}: this engine loaded "
+                                 f"{sorted(self.drafters) or 'none'} (or {PLAIN!r})")
+        return chain
+
+    # --- submitting ---------------------------------------------------------------------
+
+    def tokenize(self, prompt: Prompt) -> List[int]:
+        return tokenize(self.model, prompt)
+
+    def _make(self, prompt: Prompt, max_tokens: int, sampling: SamplingSpec, stop: StopSpec,
+              drafter: Union[str, Sequence[str], None], n_max: Optional[int],
+              logprobs: Any, timeout: Optional[float],
+              loop: Optional[asyncio.AbstractEventLoop]) -> _State:
+        req = Request.make(self.model, self.n_ctx, prompt, max_tokens, sampling, stop, logprobs)
+        chain = self._chain(drafter)
+        if n_max is None:
+            n_max = self.spec.n_max
+        if isinstance(n_max, bool) or not isinstance(n_max, int) or not 0 <= n_max <= self.spec.n_max:
+            raise ValueError(f"n_max must be an int in [0, {self.spec.n_max}] (the engine's "
+                             f"n_max), got {n_max!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        return _State(req, chain, n_max if chain else 0, deadline, loop)
+
+    def _enqueue(self, state: _State) -> None:
+        with self._cv:
+            if self._closed:
+                raise EngineClosed("this Engine is closed")
+            self._queue.append(state)
+            self._cv.notify()
+
+    def submit(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
+               stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
+               n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
+               timeout: Optional[float] = None) -> RequestHandle:
+        """Queue a request; thread-safe. Returns at once with its :class:`RequestHandle`.
+
+        ``drafter``: a loaded drafter's name, a list of names (a chain), ``"plain"`` for
+        none, or None for the engine's default. ``n_max``: a shorter draft cap than the
+        engine's. ``logprobs``: True, or the number of top alternatives per token.
+        ``timeout``: seconds from now; a request still running then ends with
+        ``finish_reason == "timeout"`` and the text it had. Bad options raise here.
+        """
+        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
+                           timeout, None)
+        self._enqueue(state)
+        return RequestHandle(state)
+
+    async def generate(self, prompt: Prompt, *, max_tokens: int = 128,
+                       sampling: SamplingSpec = None, stop: StopSpec = (),
+                       drafter: Union[str, Sequence[str], None] = None,
+                       n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
+                       timeout: Optional[float] = None) -> GenerationResult:
+        """``await engine.generate(...)``: the options of :meth:`submit`. Cancelling the
+        awaiting task cancels the request."""
+        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
+                           timeout, None)
+        self._enqueue(state)
+        try:
+            return await asyncio.wrap_future(state.future)
+        except asyncio.CancelledError:
+            state.cancel()
+            raise
+
+    def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
+               stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
+               n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
+               timeout: Optional[float] = None) -> AsyncStream:
+        """``async for piece in engine.stream(...)``: the options of :meth:`submit`; call it
+        from a running event loop."""
+        loop = asyncio.get_running_loop()
+        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
+                           timeout, loop)
+        self._enqueue(state)
+        return AsyncStream(state)
+
+    # --- state --------------------------------------------------------------------------
+
+    @property
+    def n_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def n_queued(self) -> int:
+        return len(self._queue)
+
+    def stats(self) -> Dict[str, Any]:
+        """Totals over the finished requests (for metrics), and the live queue."""
+        with self._cv:
+            t = dict(self._totals)
+            return {"requests": t.get("requests", 0), "cancelled": t.get("cancelled", 0),
+                    "timeouts": t.get("timeouts", 0), "failed": t.get("failed", 0),
+                    "n_prompt": t.get("n_prompt", 0), "n_prompt_decoded": t.get("n_decoded", 0),
+                    "n_generated": t.get("n_generated", 0), "drafted": t.get("drafted", 0),
+                    "accepted": t.get("accepted", 0),
+                    "drafted_per_position": list(self._drafted_at),
+                    "accepted_per_position": list(self._accepted_at),
+                    "rounds": self._ctl.stats()["rounds"],
+                    "running": len(self._running), "queued": len(self._queue),
+                    "slots": self.n_slots}
+
+    def close(self) -> None:
+        """Cancel what runs or waits, stop the worker and free the context. Closing twice is
+        harmless."""
+        with self._cv:
+            if self._closed:
+                return
+            self._closed = True
+            self._cv.notify()
+        if threading.current_thread() is not self._worker:
+            self._worker.join()
+        for d in self.drafters.values():
+            close = getattr(d, "close", None)
+            if close is not None:
+                close()
+        self.ctx.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Engine({self.model!r}, drafters={list(self.drafters) or ['plain']}, "
+                f"n_slots={self.n_slots}, n_max={self.spec.n_max})")
+
+    # --- the worker ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._cv:
+                    while not self._closed and not self._queue and not self._running:
+                        self._cv.wait()
+                    if self._closed:
+                        break
+                    joining = []
+                    while self._queue and len(self._running) + len(joining) < self.n_slots:
+                        joining.append(self._queue.popleft())
+                self._drop_finished()
+                for state in joining:
+                    self._join(state)
+                if self._running:
+                    self._round()
+        except BaseException as e:   # a bug in the engine itself: fail every request loudly
+            _log.exception("specdec engine worker stopped")
+            with self._cv:
+                self._closed = True
+            for state in list(self._running.values()):
+                state.finish(exc=e)
+            self._running.clear()
+        with self._cv:
+            pending = list(self._queue)
+            self._queue.clear()
+        for slot, state in list(self._running.items()):
+            self._end(slot, state, "cancelled")
+        for state in pending:
+            state.finish(exc=EngineClosed("the Engine was closed before the request finished"))
+
+    def _drop_finished(self) -> None:
+        """Cancelled, abandoned and timed-out requests leave (between rounds)."""
+        now = time.monotonic()
+        for slot, state in list(self._running.items()):
+            if state.cancelled:
+                self._end(slot, state, "cancelled")
+            elif state.deadline is not None and now >= state.deadline:
+                self._end(slot, state, "timeout")
+
+    def _pick_slot(self, prompt: List[int], reuse: bool) -> int:
+        """The free slot holding the longest prefix of ``prompt`` (else the least recently
+        used one, so the others keep their prefixes for longer)."""
+        free = [s for s in self._recent if s not in self._running]
+        if not reuse:
+            return free[0]
+        best, best_n = free[0], 0
+        for s in free:
+            n = self._ctl.common_prefix(s, prompt)
+            if n > best_n:
+                best, best_n = s, n
+        return best
+
+    def _policy(self, state: _State) -> Any:
+        key = (state.chain, state.n_max, state.req.sampling.greedy)
+        pol = self._policies.get(key)
+        if pol is None:
+            pol = self._policies[key] = new_policy(state.n_max, self.spec.adaptive)
+        return pol
+
+    def _join(self, state: _State) -> None:
+        if state.cancelled or (state.deadline is not None and time.monotonic() >= state.deadline):
+            # it never ran: an empty result, as for a request cut short before its first token
+            reason = "cancelled" if state.cancelled else "timeout"
+            res = GenerationResult(text="", tokens=[], finish_reason=reason, stats=Stats(
+                n_prompt=len(state.req.prompt), n_generated=0, tokens_per_s=0.0,
+                t_prompt_s=0.0, t_generate_s=0.0, n_prompt_decoded=0))
+            self._count(res, state, reason)
+            state.finish(res)
+            return
+        drafters = [self.drafters[n] for n in state.chain]
+        reuse = self.prefix_reuse and needs_hidden_rows(drafters) is None
+        slot = self._pick_slot(state.req.prompt, reuse)
+        try:
+            state.n_decoded = self._ctl.join(
+                slot, state.req.prompt, drafters=drafters, n_max=state.n_max,
+                n_min=self.spec.n_min, policy=self._policy(state), reuse=reuse,
+                **state.req.join_args())
+        except Exception as e:
+            state.finish(exc=e)
+            return
+        state.slot = slot
+        state.t_first = time.monotonic()
+        self._recent.remove(slot)
+        self._recent.append(slot)
+        self._running[slot] = state
+        self._pieces[slot] = Pieces()
+        self._deliver(slot, state)
+
+    def _round(self) -> None:
+        try:
+            self._ctl.step()
+        except Exception as e:
+            # a decode or a drafter failed: the round's requests fail, the engine goes on
+            for slot, state in list(self._running.items()):
+                self._ctl.leave(slot)
+                del self._running[slot]
+                with self._cv:
+                    self._totals["failed"] += 1
+                state.finish(exc=e)
+            return
+        for slot, state in list(self._running.items()):
+            self._deliver(slot, state)
+
+    def _deliver(self, slot: int, state: _State) -> None:
+        done = self._ctl.finish_reason(slot) is not None
+        piece = self._pieces[slot].next(self._ctl, slot, final=done)
+        if piece.text or piece.tokens:
+            state.put(piece)
+        if done:
+            self._end(slot, state, None)
+
+    def _end(self, slot: int, state: _State, reason: Optional[str]) -> None:
+        """The request on ``slot`` leaves: finished (``reason`` None: keep its KV for reuse),
+        cancelled or timed out (its KV is freed)."""
+        if reason is not None:
+            piece = self._pieces[slot].next(self._ctl, slot, final=True)
+            if piece.text or piece.tokens:
+                state.put(piece)
+        res = _result(self._ctl, slot, reason)
+        self._ctl.leave(slot, keep=reason is None and self.prefix_reuse)
+        del self._running[slot]
+        self._count(res, state, reason)
+        state.finish(res)
+
+    def _count(self, res: GenerationResult, state: _State, reason: Optional[str]) -> None:
+        st: Stats = res.stats
+        with self._cv:
+            t = self._totals
+            t["requests"] += 1
+            t["cancelled"] += reason == "cancelled"
+            t["timeouts"] += reason == "timeout"
+            t["n_prompt"] += st.n_prompt
+            t["n_decoded"] += state.n_decoded
+            t["n_generated"] += st.n_generated
+            t["drafted"] += st.drafted
+            t["accepted"] += st.accepted
+            for acc, per in ((self._drafted_at, st.drafted_per_position),
+                             (self._accepted_at, st.accepted_per_position)):
+                if len(acc) < len(per):
+                    acc.extend([0] * (len(per) - len(acc)))
+                for i, v in enumerate(per):
+                    acc[i] += v

@@ -1,0 +1,227 @@
+"""The engine: concurrent requests, each as if it ran alone; cancellation, timeouts, asyncio."""
+import asyncio
+import gc
+import time
+
+import numpy as np
+import pytest
+
+import specdec
+from specdec import Engine, Sampling
+
+# prompts of the tiny model's vocabulary that its n-gram drafters find runs in
+PROMPTS = [
+    [1, 11, 52, 97, 140],
+    [5, 6, 7, 8] * 6,
+    list(range(50, 90)),
+    [7, 8, 9] * 10,
+    [200, 13, 200, 13, 200, 13, 5],
+    [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5],
+    list(range(120, 100, -1)) * 2,
+    [42] * 12,
+]
+DRAFTERS = ["ngram", "suffix", "plain", "ngram-map", "ngram", "suffix", "plain", "ngram-map"]
+MAX_TOKENS = [40, 25, 60, 33, 48, 20, 55, 37]
+
+
+def _requests(stops):
+    return [dict(prompt=p, max_tokens=m, drafter=d, stop=s)
+            for p, m, d, s in zip(PROMPTS, MAX_TOKENS, DRAFTERS, stops)]
+
+
+def _stops_from(texts):
+    """A stop string inside every other request's text, so that some stop early."""
+    return [[t[len(t) // 2: len(t) // 2 + 3]] if i % 2 and len(t) > 8 else [] for i, t in enumerate(texts)]
+
+
+@pytest.fixture(scope="module")
+def exact_engine(tiny_dense_path):
+    with Engine(tiny_dense_path, drafters=["ngram", "suffix", "ngram-map"], n_slots=8,
+                n_ctx=4096, n_max=4, exact=True) as eng:
+        yield eng
+
+
+def _idle(eng):
+    deadline = time.monotonic() + 30
+    while (eng.n_running or eng.n_queued) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert eng.n_running == 0 and eng.n_queued == 0
+
+
+def _alone(eng, reqs, **kw):
+    return [eng.submit(**r, **kw).result() for r in reqs]
+
+
+def test_exact_concurrent_requests_equal_their_runs_alone(exact_engine, tiny_dense_path):
+    eng = exact_engine
+    first = _alone(eng, _requests([[]] * 8))
+    reqs = _requests(_stops_from([r.text for r in first]))
+    alone = _alone(eng, reqs)
+    assert sum(r.finish_reason == "stop" for r in alone) >= 2
+    rounds0 = eng.stats()["rounds"]
+    handles = [eng.submit(**r) for r in reqs]
+    together = [h.result(timeout=120) for h in handles]
+    rounds = eng.stats()["rounds"] - rounds0
+    for r, a, t in zip(reqs, alone, together):
+        assert t.tokens == a.tokens, r
+        assert t.text == a.text and t.finish_reason == a.finish_reason
+    # they really ran together: far fewer rounds than the requests' own rounds added up
+    assert rounds < 0.6 * sum(t.stats.rounds for t in together)
+    assert sum(t.stats.drafted for t in together) > 0
+    # and speculation changed nothing: exact plain decoding gives the same tokens
+    plain = specdec.Decoder(tiny_dense_path, exact=True, n_ctx=512)
+    for r, t in zip(reqs, together):
+        assert plain.generate(r["prompt"], max_tokens=r["max_tokens"], stop=r["stop"]).tokens == t.tokens
+
+
+def test_requests_join_while_others_run(exact_engine):
+    eng = exact_engine
+    reqs = _requests([[]] * 8)
+    alone = _alone(eng, reqs)
+    handles = []
+    for r in reqs:                      # each joins a few rounds after the one before
+        handles.append(eng.submit(**r))
+        next(iter(handles[-1]))
+    for h, a in zip(handles, alone):
+        assert h.result(timeout=120).tokens == a.tokens
+
+
+def test_seeded_sampled_request_does_not_depend_on_the_others(exact_engine):
+    eng = exact_engine
+    s = Sampling(temperature=0.9, top_k=20, seed=1234)
+    mine = dict(prompt=PROMPTS[1], max_tokens=50, drafter="ngram", sampling=s)
+    alone = eng.submit(**mine).result()
+    others = [eng.submit(prompt=p, max_tokens=60, drafter=d,
+                         sampling=Sampling(temperature=1.0, seed=i))
+              for i, (p, d) in enumerate(zip(PROMPTS[2:7], DRAFTERS[2:7]))]
+    together = eng.submit(**mine).result()
+    for h in others:
+        h.result(timeout=120)
+    assert together.tokens == alone.tokens
+    assert together.stats.drafted > 0
+
+
+def test_streaming_pieces_carry_token_ids(exact_engine):
+    h = exact_engine.submit(PROMPTS[3], max_tokens=30, drafter="ngram", logprobs=2)
+    pieces = list(h)
+    res = h.result()
+    assert [t for p in pieces for t in p.tokens] == res.tokens
+    assert "".join(p.text for p in pieces) == res.text
+    assert len(pieces) < len(res.tokens)        # several tokens per round: drafts accepted
+    lps = [lp for p in pieces for lp in p.logprobs]
+    assert lps == res.logprobs and len(lps) == len(res.tokens)
+
+
+def test_cancel_frees_the_slot_and_its_kv(exact_engine):
+    eng = exact_engine
+    h = eng.submit(PROMPTS[2], max_tokens=5000, drafter="plain")
+    it = iter(h)
+    next(it)
+    h.cancel()
+    res = h.result(timeout=30)
+    assert res.finish_reason == "cancelled" and 0 < len(res.tokens) < 4000
+    assert eng._ctl.held(h.slot) == [] and not eng._ctl.is_active(h.slot)
+    assert eng.n_running == 0
+
+
+def test_timeout_ends_the_request(exact_engine):
+    t0 = time.monotonic()
+    res = exact_engine.submit(PROMPTS[2], max_tokens=5000, drafter="plain", timeout=0.3).result(30)
+    assert res.finish_reason == "timeout" and len(res.tokens) > 0
+    assert time.monotonic() - t0 < 10
+    h = exact_engine.submit(PROMPTS[2], max_tokens=5000, timeout=5)
+    with pytest.raises(TimeoutError):
+        h.result(timeout=0.05)
+    h.cancel()
+    assert h.result(30).finish_reason == "cancelled"
+
+
+def test_abandoned_request_is_cancelled(exact_engine):
+    eng = exact_engine
+    _idle(eng)
+    before = eng.stats()["cancelled"]
+    h = eng.submit(PROMPTS[2], max_tokens=5000, drafter="plain")
+    del h
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while eng.stats()["cancelled"] == before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert eng.stats()["cancelled"] == before + 1 and eng.n_running == 0
+
+
+def test_bad_requests_raise_at_submit(exact_engine):
+    eng = exact_engine
+    with pytest.raises(ValueError, match="unknown drafter"):
+        eng.submit([1, 2], drafter="nope")
+    with pytest.raises(ValueError, match="n_max"):
+        eng.submit([1, 2], n_max=9)
+    with pytest.raises(ValueError, match="max_tokens"):
+        eng.submit([1, 2], max_tokens=0)
+    with pytest.raises(ValueError, match="out of range"):
+        eng.submit([1, 10**6])
+    with pytest.raises(specdec.ContextFullError):
+        eng.submit([1] * 5000)
+    with pytest.raises(ValueError, match="logprobs"):
+        eng.submit([1, 2], logprobs=99)
+    assert eng.submit([1, 2], max_tokens=3).result(30).finish_reason in ("length", "eos")
+
+
+def test_asyncio_generate_and_stream(exact_engine):
+    eng = exact_engine
+
+    async def main():
+        res = await asyncio.gather(*(eng.generate(p, max_tokens=20, drafter="ngram")
+                                     for p in PROMPTS[:4]))
+        st = eng.stream(PROMPTS[1], max_tokens=30)
+        text = "".join([p.text async for p in st])
+        # a cancelled task cancels its request
+        task = asyncio.ensure_future(eng.generate(PROMPTS[2], max_tokens=5000, drafter="plain"))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # leaving a stream early cancels it too
+        st2 = eng.stream(PROMPTS[2], max_tokens=5000, drafter="plain")
+        async for _ in st2:
+            break
+        await st2.aclose()
+        return res, text, st.result
+
+    res, text, full = asyncio.run(main())
+    alone = _alone(eng, [dict(prompt=p, max_tokens=20, drafter="ngram") for p in PROMPTS[:4]])
+    assert [r.tokens for r in res] == [a.tokens for a in alone]
+    assert text == full.text
+    _idle(eng)
+
+
+def test_close_ends_waiting_requests(tiny_dense_path):
+    eng = Engine(tiny_dense_path, n_slots=1, n_ctx=256)
+    h1 = eng.submit(PROMPTS[0], max_tokens=5000)
+    next(iter(h1))                      # running
+    h2 = eng.submit(PROMPTS[1], max_tokens=10)     # waiting for the only slot
+    eng.close()
+    assert h1.result(5).finish_reason == "cancelled"
+    with pytest.raises(specdec.EngineClosed):
+        h2.result(5)
+    with pytest.raises(specdec.EngineClosed):
+        eng.submit(PROMPTS[0])
+    eng.close()
+
+
+@pytest.mark.slow
+def test_gemma_concurrent_requests_equal_their_runs_alone(gemma_path):
+    prompts = ["def fibonacci(n):", "The capital of France is", "Once upon a time, there was",
+               "import numpy as np\n\ndef softmax(x):", "1, 2, 3, 4, 5,",
+               "The quick brown fox", "Q: What is 2 + 2?\nA:", "<html>\n<body>\n"]
+    drafters = ["ngram", "suffix", "plain", "ngram", "suffix", "plain", "ngram", "suffix"]
+    with Engine(gemma_path, drafters=["ngram", "suffix"], n_slots=8, n_ctx=256, n_max=4,
+                exact=True) as eng:
+        first = _alone(eng, [dict(prompt=p, max_tokens=m, drafter=d)
+                             for p, m, d in zip(prompts, MAX_TOKENS, drafters)])
+        reqs = [dict(prompt=p, max_tokens=m, drafter=d, stop=s) for p, m, d, s in
+                zip(prompts, MAX_TOKENS, drafters, _stops_from([r.text for r in first]))]
+        alone = _alone(eng, reqs)
+        together = [h.result(300) for h in [eng.submit(**r) for r in reqs]]
+    for r, a, t in zip(reqs, alone, together):
+        assert (t.tokens, t.text) == (a.tokens, a.text), r
+    assert sum(a.finish_reason == "stop" for a in alone) >= 2
