@@ -495,8 +495,8 @@ cdef class Controller:
         else:
             a = self.verifier.rejection(s.row0, s.draft, k, s.sp, s.rng, &y)
         # the target's memory keeps ``last, d1..da``; the rest is rolled back
-        cdef int keep = s.n_past + 1 + a
-        cdef bint redo = False
+        cdef int keep = s.n_past + 1 + a, n_old = s.n_past
+        cdef bint redo = False, finished = False
         if a < k and self.ckpt:
             # back to the state before ``last``; ``_redecode`` decodes the kept tokens again
             self.ctx.load_state_c(s.id, self.ckpt_flags, s.ckpt)
@@ -533,11 +533,17 @@ cdef class Controller:
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
             if self._emit(s, s.draft.tokens[i], s.row0 + i):
-                self._observe_policy(s, k, a, a + 1)
-                return 0
-        if not self._emit(s, y, s.row0 + a):
-            s.last = y
-            s.redo = redo
+                finished = True
+                break
+        if not finished:
+            finished = self._emit(s, y, s.row0 + a)
+            if not finished:
+                s.last = y
+                s.redo = redo
+        if finished and redo:
+            # no decode again: the restored memory ends before ``last`` (as ``mem`` must)
+            s.n_past = n_old
+            s.mem.resize(n_old)
         if not s.redo:
             self._observe_policy(s, k, a, a + 1)
         return 0

@@ -12,7 +12,7 @@ from scipy import stats
 
 from specdec import Batch, Context
 from specdec._checks import CheckedController
-from specdec._controller import Controller
+from specdec._controller import Controller, new_policy
 from specdec._sampling import Distribution
 from specdec.drafters import Drafter
 
@@ -122,6 +122,47 @@ def test_broken_rule_is_detected(tiny_dense, joint, support):
     outside = sum(v for k, v in counts.items() if k not in joint)
     p = _chi2_pvalue({k: v for k, v in counts.items() if k in joint}, joint) if not outside else 0.0
     assert outside > 0 or p < 1e-6
+
+
+def test_distribution_with_requests_joining_and_leaving(tiny_dense, joint, support):
+    """Continuous batching: sampled requests join and leave slots between rounds while
+    longer requests with other prompts run beside them; the distribution stays the target's."""
+    ctx = Context(tiny_dense, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
+    drafter = Proposer(support, True, seed=11)
+    drafter.bind(ctx, N_SEQ)
+    ctl = Controller(ctx, [drafter])
+    policy = new_policy(2)
+    args = dict(temperature=TEMP, top_k=TOP_K, n_max=2, policy=policy)
+    n_long = 4
+    seed = 0
+
+    def join(slot):
+        nonlocal seed
+        seed += 1
+        if slot < n_long:   # a longer request on another prompt, with its own length
+            ctl.join(slot, [slot + 20, 52 + seed % 7, 97], max_tokens=5 + seed % 30,
+                     seed=seed, **args)
+        else:
+            ctl.join(slot, PROMPT, max_tokens=3, seed=10**6 + seed, **args)
+
+    for slot in range(N_SEQ):
+        join(slot)
+    counts, n, drafted = {}, 0, 0
+    while n < N_SAMPLES:
+        ctl.step()
+        for slot in range(N_SEQ):
+            if ctl.finish_reason(slot) is None:
+                continue
+            if slot >= n_long:
+                key = tuple(ctl.tokens(slot))
+                counts[key] = counts.get(key, 0) + 1
+                n += 1
+                drafted += ctl.stats(slot)["drafted"]
+            ctl.leave(slot)
+            join(slot)
+    assert drafted > 0
+    p = _chi2_pvalue(counts, joint)
+    assert p > 1e-3, f"chi-square p={p:.2e}: speculative output does not follow the target"
 
 
 def test_plain_sampling_matches_target(tiny_dense, joint):
