@@ -2,7 +2,8 @@
 
 Every part of specdec that writes to the cache (the default model, layer-skip and
 MTP-head derivations, the benchmark's peer builds, ``tools/fetch_llama_cpp.py``)
-asks :func:`cache_dir` here, so ``$SPECDEC_CACHE_DIR`` moves all of it.
+asks :func:`cache_dir` (whose rule lives in ``_build_facts``, shared with the build
+script), so ``$SPECDEC_CACHE_DIR`` moves all of it.
 
 Files derived from a model are keyed by the model's *content* (a hash of its GGUF
 header, metadata and tensor infos), so moving or touching the model reuses them, and
@@ -10,8 +11,6 @@ each is written with a ``.json`` sidecar saying what it was derived from. With
 ``$SPECDEC_CACHE_MAX_SIZE`` (``"2G"``, ``"500M"``, bytes) the derived files are
 evicted least-recently-used first whenever a new one is written; the peers' builds
 and the llama.cpp sources are listed and removable, never evicted on their own.
-
-This module uses the standard library only (the build script loads it by path).
 """
 from __future__ import annotations
 
@@ -26,19 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union
 
+from ._build_facts import cache_dir
+
 #: sub-directories holding files specdec derives at runtime (the size cap applies to these)
 DERIVED = ("models", "layerskip", "mtp-head")
 SIDECAR = ".json"
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$", re.IGNORECASE)
-
-
-def cache_dir() -> Path:
-    """``$SPECDEC_CACHE_DIR``, else ``$XDG_CACHE_HOME/specdec``, else ``~/.cache/specdec``."""
-    env = os.environ.get("SPECDEC_CACHE_DIR")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache")
-    return Path(base) / "specdec"
 
 
 def parse_size(text: Union[str, int]) -> int:

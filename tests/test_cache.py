@@ -35,7 +35,8 @@ def test_every_user_reads_one_rule(cdir, monkeypatch):
     assert llama_tools.tools_dir().parent == cdir / "llama-tools"
     assert lcp_build.peer_dir().parent == cdir / "peers"
     assert synthetic.bench_dir("tiny") == cdir / "bench-mtp" / "tiny"
-    # the build script loads the same module by path
+    # the build script loads the facts module by path, and takes the sdist from the same dir:
+    # a corrupt copy there is found, refused and deleted
     import importlib.util
     spec = importlib.util.spec_from_file_location(
         "_fetch", Path(__file__).parent.parent / "tools" / "fetch_llama_cpp.py")
@@ -43,7 +44,13 @@ def test_every_user_reads_one_rule(cdir, monkeypatch):
         pytest.skip("no tools/ next to the tests")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    assert mod._cache_dir() == cdir / "sdist"
+    monkeypatch.delenv("SPECDEC_LLAMA_SDIST", raising=False)
+    bad = cdir / "sdist" / mod.facts.SDIST_NAME
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(b"not the sdist")
+    with pytest.raises(SystemExit, match="sha256 mismatch"):
+        mod.ensure(cdir / "llama.cpp")
+    assert not bad.exists() and not (cdir / "llama.cpp").exists()
 
 
 def test_xdg_fallback(monkeypatch, tmp_path):

@@ -14,30 +14,22 @@ import hashlib
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import _build_facts as facts
 from .._progress import run_logged
-from ..cache import cache_dir
 
-VERSION = "0.3.36"
-SDIST_NAME = f"llama_cpp_python-{VERSION}.tar.gz"
-# the same archive tools/fetch_llama_cpp.py takes llama.cpp from (one pin, one hash)
-SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-LLAMA_PIN = "0c1e570"   # the llama.cpp commit under vendor/llama.cpp (tools/fetch_llama_cpp.py: PIN)
-
-AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+VERSION = facts.LCP_VERSION
 CMAKE_ARGS = [
     "-DCMAKE_BUILD_TYPE=Release",
     "-DGGML_NATIVE=ON",
-    "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF",
-    f"-DCMAKE_C_FLAGS={AMX_OFF}", f"-DCMAKE_CXX_FLAGS={AMX_OFF}",
+    *facts.GGML_AMX_OFF,
+    f"-DCMAKE_C_FLAGS={' '.join(facts.AMX_OFF)}", f"-DCMAKE_CXX_FLAGS={' '.join(facts.AMX_OFF)}",
     "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=OFF",
     "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_OPENSSL=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
 ]
@@ -46,7 +38,7 @@ CMAKE_ARGS = [
 def peer_dir() -> Path:
     """``$SPECDEC_PEERS_DIR/llama-cpp-python-<version>`` or the same under ``~/.cache/specdec/peers``."""
     root = os.environ.get("SPECDEC_PEERS_DIR")
-    base = Path(root).expanduser() if root else cache_dir() / "peers"
+    base = Path(root).expanduser() if root else facts.cache_dir() / "peers"
     flags = hashlib.sha256(json.dumps(CMAKE_ARGS).encode()).hexdigest()[:8]
     return base / f"llama-cpp-python-{VERSION}-{flags}"
 
@@ -63,49 +55,15 @@ def built() -> bool:
     return stamp.get("version") == VERSION and python().exists()
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _sdist(log) -> Path:
-    """The sdist: the copy tools/fetch_llama_cpp.py keeps in the cache, else ``pip download``."""
-    for cand in (os.environ.get("SPECDEC_LLAMA_SDIST"), cache_dir() / "sdist" / SDIST_NAME,
-                 peer_dir() / SDIST_NAME):
-        if cand and Path(cand).is_file() and _sha256(Path(cand)) == SDIST_SHA256:
-            return Path(cand)
-    dst = peer_dir()
-    dst.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                    "-d", str(dst), f"llama-cpp-python=={VERSION}"], check=True,
-                   stdout=log, stderr=subprocess.STDOUT)
-    path = dst / SDIST_NAME
-    if _sha256(path) != SDIST_SHA256:
-        path.unlink()
-        raise RuntimeError(f"{SDIST_NAME}: sha256 mismatch, refusing to build it")
-    return path
-
-
 def vendored_llama_cpp() -> Path:
     """The sdist's ``vendor/llama.cpp``, unpacked once into the cache (installed packages)."""
-    dest = cache_dir() / "llama-src" / LLAMA_PIN
+    dest = facts.cache_dir() / "llama-src" / facts.LLAMA_CPP_PIN
     if (dest / "CMakeLists.txt").exists():
         return dest
     with _locked(dest.parent):
         if not (dest / "CMakeLists.txt").exists():
-            prefix = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
-            tmp = dest.with_name(dest.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            with open(os.devnull, "w") as log, tarfile.open(_sdist(log)) as tar:
-                for m in tar.getmembers():
-                    rel = m.name[len(prefix):] if m.name.startswith(prefix) else ""
-                    if rel and ".." not in Path(rel).parts:
-                        m.name = rel
-                        tar.extract(m, tmp, filter="data")
-            tmp.rename(dest)
+            with open(os.devnull, "w") as log:
+                facts.unpack_llama_cpp(facts.fetch_sdist(log), dest)
     return dest
 
 
@@ -131,7 +89,7 @@ def ensure(log_path: str | os.PathLike[str] | None = None) -> Path:
         log_file = Path(log_path) if log_path else root / "build.log"
         with open(log_file, "a") as log:
             t0 = time.monotonic()
-            sdist = _sdist(log)
+            sdist = facts.fetch_sdist(log)
             venv = root / "venv"
             if not (venv / "bin" / "python").exists():
                 # system site-packages: numpy/jinja2 come from the host, only missing deps download

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -29,9 +28,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from .. import _build_facts as facts
 from .._progress import run_logged
-from ..cache import cache_dir
-
 from . import lcp_build
 
 # In a source checkout (editable install) the tools build from the tree specdec itself
@@ -42,11 +40,8 @@ SRC_DIR = REPO_ROOT / "subprojects" / "llama.cpp"
 FETCH_SCRIPT = REPO_ROOT / "tools" / "fetch_llama_cpp.py"
 DEFAULT_TOOLS = ("llama-simple", "llama-bench", "llama-speculative-simple")
 
-# These VMs report AMX, but AMX tile instructions raise SIGILL on batched
-# matmuls. GCC gives explicit -mno-* flags precedence over -march=native
-# whatever their order, so adding them to the global flags masks AMX in ggml-cpu
-# even though ggml appends -march=native per target. meson.build does the same.
-AMX_OFF = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+# AMX masked as in specdec's own build (see _build_facts.AMX_OFF)
+AMX_OFF = " ".join(facts.AMX_OFF)
 
 CMAKE_DEFINES: dict[str, str] = {
     "CMAKE_BUILD_TYPE": "Release",
@@ -75,18 +70,6 @@ STAMP = "stamp.json"
 _MAX_ARG_BYTES = 131071
 
 
-def _pin() -> str:
-    """The llama.cpp commit we build against, read from the fetch script so it is defined once
-    (an installed package has no fetch script and uses the copy in ``lcp_build``)."""
-    if not FETCH_SCRIPT.exists():
-        return lcp_build.LLAMA_PIN
-    spec = importlib.util.spec_from_file_location("_specdec_fetch_llama_cpp", FETCH_SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # import only; the script acts under its __main__ guard
-    return str(mod.PIN)
-
-
 def _flags_hash() -> str:
     """Hash of everything that changes the produced binaries (flags and chosen compilers)."""
     key = {"defines": CMAKE_DEFINES, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
@@ -103,7 +86,7 @@ def tools_dir() -> Path:
     override = os.environ.get("SPECDEC_LLAMA_TOOLS_DIR")
     if override:
         return Path(override).expanduser().resolve()
-    return cache_dir() / "llama-tools" / f"{_pin()}-{_flags_hash()}"
+    return facts.cache_dir() / "llama-tools" / f"{facts.LLAMA_CPP_PIN}-{_flags_hash()}"
 
 
 def _source_dir() -> Path:
@@ -135,7 +118,7 @@ def _write_stamp(root: Path, stamp: dict[str, Any]) -> None:
 
 def _stamp_current(stamp: dict[str, Any]) -> bool:
     """Whether a stamp was written for this pin and these flags (the dir may be overridden)."""
-    return stamp.get("pin") == _pin() and stamp.get("flags") == _flags_hash()
+    return stamp.get("pin") == facts.LLAMA_CPP_PIN and stamp.get("flags") == _flags_hash()
 
 
 def _built(root: Path, names: Sequence[str]) -> dict[str, Path] | None:
@@ -237,7 +220,7 @@ def ensure_tools(
             t0 = time.monotonic()
             if not stamp.get("configured") or not (build / "build.ninja").exists():
                 _run_logged(_configure_args(src, build), out, "configuring llama.cpp's tools")
-                stamp = {"pin": _pin(), "flags": _flags_hash(), "src": str(src),
+                stamp = {"pin": facts.LLAMA_CPP_PIN, "flags": _flags_hash(), "src": str(src),
                          "configured": True, "tools": {}}
                 _write_stamp(root, stamp)
             _run_logged(["cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 1),

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Dict, Optional
 
-from . import lcp_build
+from .. import _build_facts as facts
 
 
 def cpu_model() -> str:
@@ -57,7 +57,7 @@ def describe(threads: int) -> Dict[str, Any]:
         "python": platform.python_version(),
         "specdec": __version__,
         "commit": git_commit(),
-        "llama_cpp_pin": lcp_build.LLAMA_PIN,
+        "llama_cpp_pin": facts.LLAMA_CPP_PIN,
         "ggml": system_info(),
         "load_avg_start": round(os.getloadavg()[0], 2),
     }
