@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import compare as gate
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("bench", help="benchmark against plain decoding, llama.cpp and "
-                       "llama-cpp-python; regression gate",
-                       description="Side-by-side benchmark: writes results.json, report.md and "
-                                   "PNG plots, prints the report, and with --compare fails when "
-                                   "a tracked ratio drops below a baseline.")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="specdec bench",
+        description="Side-by-side benchmark: writes results.json, report.md and PNG plots, "
+                    "prints the report, and with --compare fails when a tracked ratio drops "
+                    "below a baseline.")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", dest="matrix", action="store_const", const="quick",
                    help="the quick matrix (default; under 10 minutes on 2 cores)")
@@ -40,6 +41,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--threads", "-t", type=int, default=2)
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """``specdec bench ARGS`` (``specdec.cli`` hands the arguments over unparsed)."""
+    from .._progress import set_quiet
+
+    args = parser().parse_args(argv)
+    set_quiet(args.quiet)
+    return run(args)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,8 +8,6 @@ here is part of the specdec package build.
 """
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -18,11 +16,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from .. import _build_facts as facts
 from .._progress import run_logged
+from .llama_tools.build import locked
 
 VERSION = facts.LCP_VERSION
 CMAKE_ARGS = [
@@ -55,35 +53,12 @@ def built() -> bool:
     return stamp.get("version") == VERSION and python().exists()
 
 
-def vendored_llama_cpp() -> Path:
-    """The sdist's ``vendor/llama.cpp``, unpacked once into the cache (installed packages)."""
-    dest = facts.cache_dir() / "llama-src" / facts.LLAMA_CPP_PIN
-    if (dest / "CMakeLists.txt").exists():
-        return dest
-    with _locked(dest.parent):
-        if not (dest / "CMakeLists.txt").exists():
-            with open(os.devnull, "w") as log:
-                facts.unpack_llama_cpp(facts.fetch_sdist(log), dest)
-    return dest
-
-
-@contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure(log_path: str | os.PathLike[str] | None = None) -> Path:
     """Build (once) and return the venv's python. Raises if the build fails; the log says why."""
     if built():
         return python()
     root = peer_dir()
-    with _locked(root):
+    with locked(root):
         if built():
             return python()
         log_file = Path(log_path) if log_path else root / "build.log"

@@ -27,7 +27,7 @@ from .. import api
 from .._progress import progress
 from .._core import Model
 from ..models import default_model_path
-from . import machine, peers
+from . import llama_tools, machine, peers
 from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
@@ -414,10 +414,11 @@ class Runner:
             out = self._lcp.run(f"{case.name}/{m.label}", p.text, case.n_gen)
             return Sample(out["tok_s"], out["tokens"], out["text"], out.get("drafted", 0),
                           out.get("accepted", 0))
-        out = peers.llama_spec(target, p.text, echo, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
-                               extra=m.extra, draft=draft if m.family == "draft" else None,
-                               n_ctx=self._case_n_ctx, threads=self.threads)
-        return Sample(out["tok_s"], None, out["text"], out["drafted"], out["accepted"])
+        out = llama_tools.run_spec_simple(
+            target, p.text, case.n_gen, spec_type=m.drafter, n_max=m.n_max, extra=m.extra,
+            echo=echo, draft=draft if m.family == "draft" else None, n_ctx=self._case_n_ctx,
+            threads=self.threads)
+        return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])
 
     def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:
         """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens."""

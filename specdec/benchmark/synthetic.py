@@ -1,5 +1,5 @@
-"""The synthetic MTP benchmark models: bigram qwen35 (and its MoE variant) whose MTP
-head is right a chosen share of the time.
+"""The synthetic benchmark models: bigram qwen35 (and its MoE variant) whose MTP head is
+right a chosen share of the time, and a random "mid" Mamba-2 (rollback by checkpoints).
 
 ``specdec.testing.write_bigram_mtp_model`` scales one fixed, seeded Gaussian draw on
 the head's ``eh_proj`` by ``noise``; ``calibrate`` finds, in numpy, the noise that
@@ -17,6 +17,11 @@ import numpy as np
 
 from ..cache import cache_dir
 from ..testing import write_bigram_mtp_model
+from ..testing.tiny import Mamba2Dims, add_mamba2_kv, mamba2_layout, write_random
+
+#: vocab 8192, n_embd 512, 8 layers, Q8_0: big enough that a verify's checkpoint save and
+#: restore cost what they cost on a real recurrent model
+MID_MAMBA2 = Mamba2Dims(n_vocab=8192, n_embd=512, n_layer=8, d_inner=1024, d_state=64, n_head=16)
 
 
 def bench_dir(size: str) -> Path:
@@ -34,7 +39,7 @@ def write_once(path: Path, **kw) -> Path:
 
 
 def _prefix(arch: str) -> str:
-    return "" if arch == "qwen35" else f"{arch}-"   # qwen35 keeps bench/mtp.py's file names
+    return "" if arch == "qwen35" else f"{arch}-"   # qwen35 keeps the first file names
 
 
 def calibrate(size: str, targets: Sequence[float], n_samples: int = 512, arch: str = "qwen35",
@@ -108,3 +113,15 @@ def model_for(size: str, accuracy: float, arch: str = "qwen35", dtype: str = "",
               log: Callable[[str], None] = print) -> Path:
     return models(size, calibrate(size, (accuracy,), arch=arch, log=log), arch=arch,
                   dtype=dtype)[accuracy]
+
+
+def mid_mamba2() -> Path:
+    """The mid Mamba-2 (:data:`MID_MAMBA2`, random weights), written once into the cache."""
+    path = cache_dir() / "bench-mamba2-mid-q8_0.gguf"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        write_random(tmp, "mamba2", mamba2_layout(MID_MAMBA2),
+                     lambda w: add_mamba2_kv(w, MID_MAMBA2), n_vocab=MID_MAMBA2.n_vocab, seed=3,
+                     dtype="q8_0", name="mid-mamba2")
+        os.replace(tmp, path)
+    return path
