@@ -6,13 +6,12 @@ vocabulary and the controller, i.e. real generation. Runs alternate between the
 two so that drift hits both alike; the ratio of medians is the result.
 """
 import statistics
-import time
 
 import pytest
 
 import specdec
 
-from bench.llama_tools import ensure_tools, run_bench
+from specdec.benchmark.llama_tools import ensure_tools, run_bench
 
 N_GEN = 128
 ROUNDS = 3

@@ -17,8 +17,12 @@ from specdec.benchmark.runner import INJECT_ENV, Runner, rows_of
 
 @pytest.fixture(scope="module")
 def bench_cache(tmp_path_factory):
-    """The benchmark writes its synthetic models into the cache dir: keep them per module."""
+    """The benchmark writes its synthetic models into the cache dir: keep them per module.
+    llama.cpp's tools (keyed by pin and flags) stay where every run builds them once."""
+    from specdec.benchmark import llama_tools
+
     mp = pytest.MonkeyPatch()
+    mp.setenv("SPECDEC_LLAMA_TOOLS_DIR", str(llama_tools.tools_dir()))
     mp.setenv("SPECDEC_CACHE_DIR", str(tmp_path_factory.mktemp("bench-cache")))
     mp.delenv(INJECT_ENV, raising=False)
     yield
