@@ -48,8 +48,14 @@ def test_greedy_lossless_hybrid_target(tiny_qwen35, n_max):
                      n_ctx=1024, check=True)
     r = oracle.generate(prompt, max_tokens=48)
     assert r.tokens == plain.tokens
-    # every acceptance count 0..n_max occurred
-    assert r.stats.accepted > 0 and r.stats.accepted < r.stats.drafted
+    # every acceptance count 0..n_max occurred: rounds that accepted at least k drafts are
+    # the draft rounds for k = 0 and accepted_per_position[k - 1] after
+    st = r.stats
+    reached = [st.draft_rounds] + list(st.accepted_per_position[:n_max])
+    reached += [0] * (n_max + 2 - len(reached))
+    exactly = [reached[k] - reached[k + 1] for k in range(n_max + 1)]
+    assert all(n > 0 for n in exactly), exactly
+    assert sum(k * n for k, n in enumerate(exactly)) == st.accepted
 
 
 class _Oracle(Drafter):

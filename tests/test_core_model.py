@@ -117,7 +117,33 @@ def test_mtp_flags(tiny_qwen35_path, tiny_qwen35_nomtp_path):
     assert no_layers.n_layer_nextn == 0 and not no_layers.supports_mtp
 
 
-def test_mtp_available():
-    assert specdec.mtp_available() is True
+#: ggml's CPU feature names and the /proc/cpuinfo flag each needs (x86)
+_X86_FLAGS = {"SSE3": "pni", "SSSE3": "ssse3", "AVX": "avx", "AVX2": "avx2", "F16C": "f16c",
+              "FMA": "fma", "BMI2": "bmi2", "AVX512": "avx512f", "AVX512_VBMI": "avx512vbmi",
+              "AVX512_VNNI": "avx512_vnni", "AVX512_BF16": "avx512_bf16", "AVX_VNNI": "avx_vnni",
+              "AMX_INT8": "amx_int8"}
+
+
+def test_system_info_reports_cpu_features_the_cpu_has():
+    """The CPU backend lists what it was built with; each feature must be one this CPU runs
+    (an instruction it lacks would fault at the first matmul). Checked where /proc/cpuinfo
+    names the x86 flags; elsewhere only the listing's shape."""
+    import platform
+    import re
+
     info = specdec.system_info()
-    assert "AVX" in info
+    cpu_line = next((ln for ln in info.splitlines() if ln.startswith("CPU :")), None)
+    assert cpu_line is not None, info
+    features = set(re.findall(r"(\w+) = 1", cpu_line))
+    assert features, cpu_line
+    try:
+        text = open("/proc/cpuinfo").read()
+    except OSError:
+        return
+    m = re.search(r"^flags\s*:(.*)$", text, re.M)
+    if m is None or platform.machine() not in ("x86_64", "AMD64"):
+        return
+    have = set(m.group(1).split())
+    lacking = sorted(f for f in features if f in _X86_FLAGS and _X86_FLAGS[f] not in have)
+    assert not lacking, (lacking, cpu_line)
+    assert features & set(_X86_FLAGS), cpu_line    # an x86 build uses some SIMD
