@@ -289,12 +289,17 @@ class Engine:
             self.drafters[name] = d
         self.n_slots = n_slots
         self.n_ctx = n_ctx
-        # exact mode pads a verify's sequences with rows past their draft: room for them
+        # One KV cache for all slots, each slot held to n_ctx tokens by the controller, lets
+        # llama.cpp decode a verify batch in one ubatch whatever the rows per sequence. Exact
+        # mode gives each slot a KV stream of its own instead: a sequence's attention then
+        # reads its cells in the same order as when it runs alone (in a shared cache other
+        # requests' rollbacks interleave them), and every sequence gets the same rows (the
+        # ubatches split per stream), some padding rows past its draft: room for them.
         slack = max(self.spec.n_max + 1, 2) if self.exact else 0
         self.ctx = make_context(self.model, loaded, self.spec, n_ctx=(n_ctx + slack) * n_slots,
                                 n_batch=n_batch, n_ubatch=None, n_threads=n_threads,
                                 n_seq_max=n_slots, exact=self.exact, lazy_logits=lazy_logits,
-                                kv_unified=False)
+                                kv_unified=not self.exact)
         self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx)
         self.prefix_reuse = bool(prefix_reuse)
         self._default = self._chain(self._first_default(default_drafter))
