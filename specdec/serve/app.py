@@ -105,9 +105,9 @@ class Server:
     # --- endpoints ------------------------------------------------------------------------
 
     async def health(self, request: Request) -> Response:
-        b = self.backend
-        return JSONResponse({"status": "ok", "slots": b.slots, "running": b.active,
-                             "queued": b.queued})
+        st = self.backend.stats()
+        return JSONResponse({"status": "ok", "slots": st["slots"], "running": st["running"],
+                             "queued": st["queued"]})
 
     async def metrics_text(self, request: Request) -> Response:
         return Response(self.metrics.render(),
@@ -174,7 +174,6 @@ class Server:
         work = self._work(spec)
         arrived = time.monotonic()
         job = self.backend.submit(work)
-        job.on_done = lambda res: self.metrics.finished(res.stats)
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
             return StreamingResponse(self._events(job, env, spec, arrived),

@@ -11,12 +11,15 @@ import asyncio
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Dict, List, Optional
+from typing import Any, AsyncIterator, Dict, List, Optional
 
 from ..api import Decoder
 from ..config import Sampling
-from ..results import GenerationResult
+from ..results import GenerationResult, Stats
 from .protocol import TokenLP
+
+#: the totals every backend's ``stats()`` reports (as the Engine's do)
+TOTALS = ("requests", "n_prompt", "n_generated", "drafted", "accepted")
 
 
 @dataclass
@@ -52,8 +55,6 @@ class Job:
         self._cancelled = threading.Event()
         self.result: Optional[GenerationResult] = None
         self.error: Optional[BaseException] = None
-        #: called in the event loop with the result when the job ends (cut short or not)
-        self.on_done: Optional[Callable[[GenerationResult], None]] = None
 
     @property
     def cancelled(self) -> bool:
@@ -71,8 +72,6 @@ class Job:
         def done() -> None:
             self.result, self.error = result, error
             self._queue.put_nowait(_DONE)
-            if result is not None and self.on_done is not None:
-                self.on_done(result)
         try:
             self._loop.call_soon_threadsafe(done)
         except RuntimeError:    # the loop is closed: nobody is waiting
@@ -108,6 +107,29 @@ class DecoderBackend:
         self._lock = threading.Lock()
         self.queued = 0
         self.active = 0
+        self._totals: Dict[str, Any] = {k: 0 for k in TOTALS}
+        self._totals.update(drafted_per_position=[], accepted_per_position=[])
+
+    def stats(self) -> Dict[str, Any]:
+        """Totals over the requests that ended (cut short or not), and the live counts."""
+        with self._lock:
+            t = dict(self._totals)
+            for k in ("drafted_per_position", "accepted_per_position"):
+                t[k] = list(t[k])
+            return dict(t, running=self.active, queued=self.queued, slots=self.slots)
+
+    def _count(self, st: Stats) -> None:
+        with self._lock:
+            t = self._totals
+            t["requests"] += 1
+            for k in TOTALS[1:]:
+                t[k] += getattr(st, k)
+            for key, per in (("drafted_per_position", st.drafted_per_position),
+                             ("accepted_per_position", st.accepted_per_position)):
+                acc = t[key]
+                acc.extend([0] * (len(per) - len(acc)))
+                for i, v in enumerate(per):
+                    acc[i] += v
 
     def check_options(self, options: Dict[str, Any]) -> None:
         """Per-request drafting options need the engine; here every request shares the
@@ -140,6 +162,8 @@ class DecoderBackend:
                 finally:
                     st.close()
                 result = st.result
+                if result is not None:
+                    self._count(result.stats)
         except BaseException as e:   # handed to the request's handler
             error = e
         finally:
