@@ -1,0 +1,200 @@
+"""``specdec bench --case serve``: ``specdec serve`` against llama.cpp's ``llama-server``.
+
+Both servers run the same model with the same threads, ``--slots`` / ``-np`` equal to the
+concurrency, and take the same greedy streaming completions of the grounded prompts (code,
+repeat, records: text a lookup drafter can copy) from :mod:`serve_load`'s client. specdec runs
+plain and with each of its lookup drafters, llama-server without speculation and with each
+n-gram mode; the report gives each concurrency's aggregate tokens/s, TTFT and ITL percentiles,
+and the ratios the issue tracks: specdec's best drafter over llama-server's best n-gram mode,
+specdec plain over llama-server plain, and, at concurrency 1, HTTP streaming over the same
+requests through ``Decoder.generate`` in this process.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from . import prompts as prompt_sets
+from .serve_load import run_load
+
+CONCURRENCY = (1, 4, 8)
+#: specdec's drafters measured (its best counts), and llama-server's n-gram modes
+SPECDEC_DRAFTERS = ("ngram", "ngram-map", "suffix")
+LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
+N_MAX = 8
+N_CTX = 4096      # per slot
+
+
+def grounded_prompts() -> List[str]:
+    cats = prompt_sets.by_category()
+    return [p.text for c in ("code", "repeat", "records") for p in cats.get(c, [])]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class _Server:
+    """A server child on a free port, up once /health answers."""
+
+    def __init__(self, argv: List[str], port: int, log: Path) -> None:
+        self.port = port
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
+                                     cwd=tempfile.gettempdir())
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{Path(argv[0]).name} did not start; see {log}")
+            time.sleep(0.3)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def _specdec_argv(model: str, port: int, slots: int, *, drafter: Optional[str],
+                  threads: int) -> List[str]:
+    argv = [sys.executable, "-m", "specdec", "serve", "-m", model, "--port", str(port),
+            "--slots", str(slots), "--n-ctx", str(N_CTX), "--threads", str(threads),
+            "--n-max", str(N_MAX)]
+    return argv + (["--drafter", drafter] if drafter else [])
+
+
+def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
+                spec_type: Optional[str], threads: int) -> List[str]:
+    argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
+            "-np", str(slots), "-c", str(N_CTX * slots), "-t", str(threads), "-tb", str(threads),
+            "--no-webui", "--log-disable"]
+    if spec_type:
+        argv += ["--spec-type", spec_type, "--spec-draft-n-max", str(N_MAX)]
+    return argv
+
+
+def _measure(argv: Callable[[int, int], List[str]], prompts: Sequence[str], n_gen: int,
+             log: Path, reps: int) -> Dict[str, Any]:
+    out: Dict[str, Any] = {}
+    for c in CONCURRENCY:
+        port = _free_port()
+        server = _Server(argv(port, c), port, log)
+        try:
+            run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)     # warm-up
+            res = run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=n_gen,
+                           n_requests=max(reps * c, len(prompts)))
+        finally:
+            server.stop()
+        out[str(c)] = res.summary()
+        if res.errors:
+            out[str(c)]["error_samples"] = res.errors[:3]
+    return out
+
+
+def _in_process(model: str, prompts: Sequence[str], n_gen: int, drafter: Optional[str],
+                threads: int) -> float:
+    """Aggregate tokens/s of the same requests through ``Decoder.generate``, one at a time."""
+    from ..api import Decoder
+
+    with Decoder(model, drafter=drafter, n_max=N_MAX, n_ctx=N_CTX, n_threads=threads) as dec:
+        dec.generate(prompts[0], max_tokens=8)
+        n, t0 = 0, time.perf_counter()
+        for p in prompts:
+            n += dec.generate(p, max_tokens=n_gen).stats.n_generated
+        return n / (time.perf_counter() - t0)
+
+
+def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
+        log: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Measure everything; returns the results (also written to ``out_dir/serve.json``)."""
+    from ..models import default_model_path
+    from .llama_tools import ensure_tools
+
+    model = str(default_model_path())
+    prompts = grounded_prompts()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logf = out_dir / "servers.log"
+    results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
+                               "n_max": N_MAX, "concurrency": list(CONCURRENCY), "rows": {}}
+    rows = results["rows"]
+    for d in (None,) + SPECDEC_DRAFTERS:
+        name = f"specdec {d or 'plain'}"
+        log(f"serve bench: {name}")
+        rows[name] = _measure(functools.partial(_specdec_argv, model, drafter=d,
+                                                threads=threads), prompts, n_gen, logf, reps)
+    binary = ensure_tools(("llama-server",))["llama-server"]
+    for t in (None,) + LLAMA_SPEC_TYPES:
+        name = f"llama-server {t or 'plain'}"
+        log(f"serve bench: {name}")
+        rows[name] = _measure(functools.partial(_llama_argv, binary, model, spec_type=t,
+                                                threads=threads), prompts, n_gen, logf, reps)
+    best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS])
+    best_llama = _best(rows, [f"llama-server {t}" for t in LLAMA_SPEC_TYPES])
+    results["ratios"] = {c: {
+        "best_spec": _ratio(rows, best_specdec[c], best_llama[c], c),
+        "best_specdec": best_specdec[c], "best_llama_server": best_llama[c],
+        "plain": _ratio(rows, "specdec plain", "llama-server plain", c)}
+        for c in map(str, CONCURRENCY)}
+    d1 = best_specdec["1"].split(" ", 1)[1]
+    direct = _in_process(model, prompts, n_gen, d1, threads)
+    results["http_vs_decoder_c1"] = {"drafter": d1, "decoder_tok_s": direct,
+                                     "ratio": rows[best_specdec["1"]]["1"]["tokens_per_s"] / direct}
+    (out_dir / "serve.json").write_text(json.dumps(results, indent=2) + "\n")
+    return results
+
+
+def _best(rows: Dict[str, Any], names: Sequence[str]) -> Dict[str, str]:
+    return {str(c): max(names, key=lambda n: rows[n][str(c)]["tokens_per_s"])
+            for c in CONCURRENCY}
+
+
+def _ratio(rows: Dict[str, Any], a: str, b: str, c: str) -> Optional[float]:
+    tb = rows[b][c]["tokens_per_s"]
+    return rows[a][c]["tokens_per_s"] / tb if tb else None
+
+
+def markdown(results: Dict[str, Any]) -> str:
+    lines = [f"## Serving: {results['model']}, {results['threads']} threads, "
+             f"{results['n_gen']} tokens per request, n_max {results['n_max']}", "",
+             "| server | conc. | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | "
+             "TPOT ms | errors |", "|---|---|---|---|---|---|---|"]
+
+    def ms(d: Dict[str, Optional[float]]) -> str:
+        return " / ".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p90", "p99"))
+    for name, by_c in results["rows"].items():
+        for c, s in by_c.items():
+            tpot = "-" if s["tpot_ms_mean"] is None else f"{s['tpot_ms_mean']:.1f}"
+            lines.append(f"| {name} | {c} | {s['tokens_per_s']:.1f} | {ms(s['ttft_ms'])} | "
+                         f"{ms(s['itl_ms'])} | {tpot} | {s['errors']} |")
+    lines += ["", "| conc. | best specdec / best llama-server n-gram | specdec plain / "
+              "llama-server plain |", "|---|---|---|"]
+    for c, r in results["ratios"].items():
+        bs = "-" if r["best_spec"] is None else f"{r['best_spec']:.2f}x"
+        pl = "-" if r["plain"] is None else f"{r['plain']:.2f}x"
+        lines.append(f"| {c} | {bs} ({r['best_specdec']} / {r['best_llama_server']}) | {pl} |")
+    h = results["http_vs_decoder_c1"]
+    lines += ["", f"HTTP streaming at concurrency 1 ({h['drafter']}): {h['ratio']:.2f}x the "
+              f"tok/s of Decoder.generate in-process ({h['decoder_tok_s']:.1f} tok/s)."]
+    return "\n".join(lines) + "\n"
