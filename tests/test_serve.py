@@ -114,20 +114,21 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ending(models):
-    s = Server(models["ending"], "--n-ctx", "512")
+    s = Server(models["ending"], "--n-ctx", "512", "--slots", "2")
     yield s
     s.stop()
 
 
 @pytest.fixture(scope="module")
 def looping(models):
-    s = Server(models["looping"], "--n-ctx", "2048", "--drafter", "ngram", "--n-max", "4",
-               "--api-key", KEY)
+    s = Server(models["looping"], "--n-ctx", "1024", "--slots", "4", "--drafter", "ngram",
+               "--n-max", "4", "--api-key", KEY)
     yield s
     s.stop()
 
 
 HELLO = [{"role": "user", "content": "Hello"}]
+IDLE = {"status": "ok", "slots": 4, "running": 0, "queued": 0}   # the looping server at rest
 
 
 def test_models_and_health(ending):
@@ -135,7 +136,7 @@ def test_models_and_health(ending):
     assert ending.client().models.retrieve("tiny").id == "tiny"
     with pytest.raises(openai.NotFoundError):
         ending.client().models.retrieve("other")
-    assert ending.get("/health") == (200, {"status": "ok", "slots": 1, "running": 0, "queued": 0})
+    assert ending.get("/health") == (200, {"status": "ok", "slots": 2, "running": 0, "queued": 0})
 
 
 def test_chat_sync(ending):
@@ -347,7 +348,7 @@ def test_speculation_in_usage_and_metrics(looping):
     assert 0 < rate <= 1
     assert after[("specdec_requests_total", (("endpoint", "completions"), ("status", "200")))] >= 1
     assert after[("specdec_tokens_per_second", ())] > 0
-    assert after[("specdec_queue_depth", ())] == 0 and after[("specdec_slots", ())] == 1
+    assert after[("specdec_queue_depth", ())] == 0 and after[("specdec_slots", ())] == 4
 
 
 def test_disconnect_frees_the_slot(looping):
@@ -360,7 +361,7 @@ def test_disconnect_frees_the_slot(looping):
     deadline = time.monotonic() + 30
     while looping.get("/health")[1]["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert looping.get("/health")[1] == {"status": "ok", "slots": 1, "running": 0, "queued": 0}
+    assert looping.get("/health")[1] == IDLE
     r = c.chat.completions.create(model="tiny", messages=HELLO, max_tokens=5, temperature=0)
     assert r.choices[0].message.content == REPLY[:5]
 
@@ -408,16 +409,77 @@ def test_load_with_random_disconnects(looping):
     threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
     for t in threads:
         t.start()
+    busiest = 0
+    while any(t.is_alive() for t in threads):
+        h = looping.get("/health")[1]
+        busiest = max(busiest, h["running"])
+        assert h["running"] <= 4
+        time.sleep(0.2)
     for t in threads:
         t.join(timeout=SOAK_S + 300)
+    assert busiest > 1      # requests ran together
     assert not failures, failures[:5]
     assert done[0] >= 16 and cut[0] >= 1, (done, cut)
     deadline = time.monotonic() + 30
-    while looping.get("/health")[1] != {"status": "ok", "slots": 1, "running": 0, "queued": 0} \
+    while looping.get("/health")[1] != IDLE \
             and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert looping.get("/health")[1] == {"status": "ok", "slots": 1, "running": 0, "queued": 0}
+    assert looping.get("/health")[1] == IDLE
     growth_mb = (looping.rss_kb() - rss0) / 1024
     print(f"load: {done[0]} streams finished, {cut[0]} cut, RSS growth {growth_mb:.1f} MB")
     assert growth_mb < 20, growth_mb
     assert looping.proc.poll() is None
+
+
+def test_logprobs(ending):
+    c = ending.client()
+    r = c.chat.completions.create(model="tiny", messages=HELLO, temperature=0, logprobs=True,
+                                  top_logprobs=2)
+    content = r.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == REPLY == r.choices[0].message.content
+    for t in content:
+        assert -1e-3 < t.logprob <= 0 and len(t.top_logprobs) == 2
+        assert t.top_logprobs[0].token == t.token and t.top_logprobs[1].logprob < -20
+        assert bytes(t.bytes).decode() == t.token
+    r = c.completions.create(model="tiny", prompt="abc", max_tokens=5, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert "".join(lp.tokens) == REPLY[:5] and len(lp.token_logprobs) == 5
+    assert [len(d) for d in lp.top_logprobs] == [3] * 5 and lp.text_offset == [0, 1, 2, 3, 4]
+    chunks = list(c.chat.completions.create(model="tiny", messages=HELLO, temperature=0,
+                                            logprobs=True, stream=True))
+    streamed = [t.token for ch in chunks if ch.choices and ch.choices[0].logprobs
+                for t in ch.choices[0].logprobs.content]
+    assert "".join(streamed) == REPLY
+    r = c.chat.completions.create(model="tiny", messages=HELLO, temperature=0)
+    assert r.choices[0].logprobs is None
+
+
+def test_per_request_drafter(looping):
+    c = looping.client(api_key=KEY)
+    prompt = "Hi_thEre!Hi_thEre!Hi_thEre!"
+
+    def spec(**ext):
+        r = c.completions.create(model="tiny", prompt=prompt, max_tokens=40, temperature=0,
+                                 extra_body={"specdec": ext} if ext else None)
+        return r.choices[0].text, r.usage.model_extra["speculation"]
+    text, default = spec()
+    assert default["drafted"] > 0
+    plain_text, plain = spec(drafter="plain")
+    assert plain_text == text and plain["drafted"] == 0
+    short = spec(drafter="ngram", n_max=1)[1]
+    assert short["drafted"] > 0 and len(short["drafted_per_position"]) == 1
+    for bad_ext in ({"drafter": "nope"}, {"n_max": 99}, {"n_max": -1}, {"bogus": 1}):
+        with pytest.raises(openai.BadRequestError):
+            c.completions.create(model="tiny", prompt=prompt, max_tokens=4,
+                                 extra_body={"specdec": bad_ext})
+
+
+def test_benchmark_client(ending):
+    """The serve benchmark's load client, on this server."""
+    from specdec.benchmark.serve_load import run_load
+
+    res = run_load("127.0.0.1", ending.port, ["abc", "xyz"], concurrency=2, n_gen=5,
+                   extra={"model": "tiny"})
+    s = res.summary()
+    assert (s["requests"], s["errors"], s["tokens"]) == (4, 0, 20), res.errors
+    assert s["ttft_ms"]["p50"] > 0 and s["itl_ms"]["p50"] >= 0 and s["tokens_per_s"] > 0

@@ -5,6 +5,6 @@
 from __future__ import annotations
 
 from .app import create_app
-from .backend import DecoderBackend
+from .backend import EngineBackend
 
-__all__ = ["DecoderBackend", "create_app"]
+__all__ = ["EngineBackend", "create_app"]

@@ -157,8 +157,6 @@ class Server:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        if spec.logprobs >= 0 and not getattr(self.backend, "logprobs", False):
-            raise bad("logprobs are not available on this server", "logprobs")
         tokens, stops = self._tokens(spec)
         room = self.backend.n_ctx_seq - len(tokens)
         if room < 1:
@@ -173,7 +171,10 @@ class Server:
     async def _generate(self, request: Request, spec: Spec) -> Response:
         work = self._work(spec)
         arrived = time.monotonic()
-        job = self.backend.submit(work)
+        try:
+            job = self.backend.submit(work)
+        except (ValueError, TypeError) as e:
+            raise bad(str(e), "specdec" if spec.options else None) from None
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
             return StreamingResponse(self._events(job, env, spec, arrived),
@@ -198,7 +199,8 @@ class Server:
         except Exception as e:
             raise APIError(500, f"generation failed: {type(e).__name__}: {e}",
                            type="server_error") from None
-        return JSONResponse(full_response(env, res, None))
+        lps = self.backend.logprobs_of(res.tokens, res.logprobs)
+        return JSONResponse(full_response(env, res, lps))
 
     async def _drain(self, job: Job, arrived: float) -> Any:
         n = 0

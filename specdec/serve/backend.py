@@ -1,25 +1,19 @@
-"""What the HTTP layer runs requests on: jobs that stream pieces into the event loop.
+"""What the HTTP layer runs requests on: a :class:`~specdec.Engine`.
 
-:class:`DecoderBackend` serves one request at a time on one :class:`~specdec.Decoder`, in a
-worker thread (the decodes release the GIL, so the event loop keeps answering); the others
-wait in its queue. A job cancelled before it starts never runs; one cancelled while running
-stops at its next piece and frees the decoder.
+Requests run together: each takes a slot, joins the verify batch between rounds and leaves
+when done; the rest wait in the engine's queue. A request may pick one of the engine's
+drafters and a shorter ``n_max`` (``{"specdec": {"drafter": NAME | "plain", "n_max": N}}``)
+and ask for logprobs. A job cancelled (its client gone) leaves at the next round and frees
+its slot.
 """
 from __future__ import annotations
 
-import asyncio
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from ..api import Decoder
 from ..config import Sampling
-from ..results import GenerationResult, Stats
+from ..results import GenerationResult
 from .protocol import TokenLP
-
-#: the totals every backend's ``stats()`` reports (as the Engine's do)
-TOTALS = ("requests", "n_prompt", "n_generated", "drafted", "accepted")
 
 
 @dataclass
@@ -43,49 +37,27 @@ class Work:
     options: Optional[Dict[str, Any]] = None
 
 
-_DONE = object()
-
-
 class Job:
-    """One request in flight: ``async for piece in job`` then ``job.result``."""
+    """One request in flight: ``async for piece in job``, then ``job.result``."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: "asyncio.Queue[Any]" = asyncio.Queue()
-        self._cancelled = threading.Event()
-        self.result: Optional[GenerationResult] = None
-        self.error: Optional[BaseException] = None
+    def __init__(self, backend: "EngineBackend", stream: Any) -> None:
+        self._backend = backend
+        self._stream = stream
 
     @property
-    def cancelled(self) -> bool:
-        return self._cancelled.is_set()
+    def result(self) -> Optional[GenerationResult]:
+        res: Optional[GenerationResult] = self._stream.result
+        return res
 
     def cancel(self) -> None:
-        """Stop at the next piece (or never start); safe from any thread, more than once."""
-        self._cancelled.set()
+        """Leave at the next round (or never start); harmless once finished."""
+        self._stream.cancel()
 
-    # worker side
-    def put(self, piece: Piece) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, piece)
-
-    def finish(self, result: Optional[GenerationResult], error: Optional[BaseException]) -> None:
-        def done() -> None:
-            self.result, self.error = result, error
-            self._queue.put_nowait(_DONE)
-        try:
-            self._loop.call_soon_threadsafe(done)
-        except RuntimeError:    # the loop is closed: nobody is waiting
-            pass
-
-    # event-loop side
     async def __aiter__(self) -> AsyncIterator[Piece]:
-        while True:
-            item = await self._queue.get()
-            if item is _DONE:
-                if self.error is not None:
-                    raise self.error
-                return
-            yield item
+        n = 0
+        async for p in self._stream:
+            n += len(p.tokens)
+            yield Piece(p.text, n, self._backend.logprobs_of(p.tokens, p.logprobs))
 
     async def wait(self) -> GenerationResult:
         async for _ in self:
@@ -94,83 +66,46 @@ class Job:
         return self.result
 
 
-class DecoderBackend:
-    """Requests served one at a time, in arrival order, on one Decoder."""
+class EngineBackend:
+    """The server's requests on one Engine."""
 
-    slots = 1
+    #: the per-request options a body's ``specdec`` object may carry
+    OPTIONS = ("drafter", "n_max")
 
-    def __init__(self, decoder: Decoder) -> None:
-        self.decoder = decoder
-        self.model = decoder.model
-        self.n_ctx_seq = decoder.ctx.n_ctx_seq
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specdec-serve")
-        self._lock = threading.Lock()
-        self.queued = 0
-        self.active = 0
-        self._totals: Dict[str, Any] = {k: 0 for k in TOTALS}
-        self._totals.update(drafted_per_position=[], accepted_per_position=[])
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.model = engine.model
+        self.n_ctx_seq: int = engine.n_ctx
+        self.slots: int = engine.n_slots
 
     def stats(self) -> Dict[str, Any]:
         """Totals over the requests that ended (cut short or not), and the live counts."""
-        with self._lock:
-            t = dict(self._totals)
-            for k in ("drafted_per_position", "accepted_per_position"):
-                t[k] = list(t[k])
-            return dict(t, running=self.active, queued=self.queued, slots=self.slots)
-
-    def _count(self, st: Stats) -> None:
-        with self._lock:
-            t = self._totals
-            t["requests"] += 1
-            for k in TOTALS[1:]:
-                t[k] += getattr(st, k)
-            for key, per in (("drafted_per_position", st.drafted_per_position),
-                             ("accepted_per_position", st.accepted_per_position)):
-                acc = t[key]
-                acc.extend([0] * (len(per) - len(acc)))
-                for i, v in enumerate(per):
-                    acc[i] += v
+        st: Dict[str, Any] = self.engine.stats()
+        return st
 
     def check_options(self, options: Dict[str, Any]) -> None:
-        """Per-request drafting options need the engine; here every request shares the
-        decoder's drafters."""
-        if options:
-            raise ValueError(f"per-request options ({', '.join(sorted(options))}) are not "
-                             "available: this server runs every request on one Decoder")
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ValueError(f"unknown specdec options {unknown}; known: {list(self.OPTIONS)}")
 
     def submit(self, work: Work) -> Job:
-        job = Job(asyncio.get_running_loop())
-        with self._lock:
-            self.queued += 1
-        self._pool.submit(self._run, job, work)
-        return job
+        """Queue ``work`` (from the event loop); bad options raise ``ValueError`` here."""
+        opts = work.options or {}
+        logprobs: Any = None if work.logprobs < 0 else (work.logprobs or True)
+        return Job(self, self.engine.stream(
+            work.tokens, max_tokens=work.max_tokens, sampling=work.sampling, stop=work.stop,
+            drafter=opts.get("drafter"), n_max=opts.get("n_max"), logprobs=logprobs))
 
-    def _run(self, job: Job, work: Work) -> None:
-        with self._lock:
-            self.queued -= 1
-            self.active += 1
-        result, error = None, None
-        try:
-            if not job.cancelled:
-                st = self.decoder.stream(work.tokens, max_tokens=work.max_tokens,
-                                         sampling=work.sampling, stop=work.stop)
-                try:
-                    for text in st:
-                        if job.cancelled:
-                            break
-                        job.put(Piece(text, st.n_tokens))
-                finally:
-                    st.close()
-                result = st.result
-                if result is not None:
-                    self._count(result.stats)
-        except BaseException as e:   # handed to the request's handler
-            error = e
-        finally:
-            with self._lock:
-                self.active -= 1
-            job.finish(result, error)
+    def _text(self, tok: int) -> str:
+        text: str = self.model.token_to_piece(tok).decode("utf-8", "replace")
+        return text
+
+    def logprobs_of(self, tokens: List[int], lps: Any) -> Optional[List[TokenLP]]:
+        """The engine's per-token logprobs as (text, logprob, [(alt text, logprob)])."""
+        if lps is None:
+            return None
+        return [(self._text(t), lp.logprob, [(self._text(a), alp) for a, alp in lp.top])
+                for t, lp in zip(tokens, lps)]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-        self.decoder.close()
+        self.engine.close()

@@ -5,6 +5,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -22,27 +23,43 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                    help="the name(s) clients use in 'model' (default: the GGUF's file stem)")
     p.add_argument("--chat-template", default=None, metavar="JINJA|NAME|@FILE",
                    help="chat template for /v1/chat/completions (default: the model's own)")
+    p.add_argument("--slots", "-np", type=int, default=4,
+                   help="requests generated together, verified in one batch per round "
+                        "(default 4); more wait in a queue. --n-ctx is per slot")
     _add_decoder_options(p)
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log and "
                    "every request")
+
+
+def engine(path: str, args: argparse.Namespace) -> Any:
+    """The Engine of ``specdec serve``'s options: the drafters given (their chain is the
+    default; a request may name one of them, or ``plain``), ``--slots`` of ``--n-ctx`` each."""
+    from ..cli import _decoder_options
+    from ..engine import Engine
+
+    opts = _decoder_options(args)
+    if opts.pop("n_gpu_layers_draft") is not None:
+        raise ValueError("--n-gpu-layers-draft is not available in specdec serve")
+    drafters = opts.pop("drafter") or []
+    return Engine(path, drafters=drafters, default_drafter=drafters if len(drafters) > 1 else None,
+                  n_slots=args.slots, **opts)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from . import DecoderBackend, create_app
+        from . import EngineBackend, create_app
     except ImportError as e:
         print(f"specdec serve needs the serve extra: pip install 'specdec[serve]' ({e})",
               file=sys.stderr)
         return 2
-    from ..api import Decoder
     from ..chat_cli import _template
-    from ..cli import _decoder_options, _model_path
+    from ..cli import _model_path
 
     path = _model_path(args)
     names = args.served_model_name or [Path(path).stem]
-    backend = DecoderBackend(Decoder(path, **_decoder_options(args)))
+    backend = EngineBackend(engine(path, args))
     app = create_app(backend, names, api_key=args.api_key,
                      chat_template=_template(args.chat_template))
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
