@@ -24,7 +24,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the whole matrix (every prompt, drafter, n_max, model)")
     g.add_argument("--matrix", choices=("quick", "full", "tiny"), help=argparse.SUPPRESS)
     p.add_argument("--case", action="append", help="only cases whose name starts with this "
-                   "(repeatable), e.g. gemma3-270m, mtp-mid-90")
+                   "(repeatable), e.g. gemma3-270m, mtp-mid-90; 'serve' alone: specdec serve "
+                   "against llama-server at concurrency 1, 4 and 8")
     p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the matrix's)")
     p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
     p.add_argument("--out", "-o", help="output directory (default ./specdec-bench/<matrix>-<time>)")
@@ -53,6 +54,20 @@ def main(argv: Sequence[str]) -> int:
     return run(args)
 
 
+def _serve(args: argparse.Namespace, log) -> int:
+    from . import serve
+
+    out = Path(args.out) if args.out else Path("specdec-bench") / (
+        f"serve-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    results = serve.run(out, n_gen=args.n_gen or 64, reps=args.reps or 2, threads=args.threads,
+                        log=log)
+    md = serve.markdown(results)
+    (out / "serve.md").write_text(md)
+    print(md)
+    log(f"wrote {out / 'serve.json'} and {out / 'serve.md'}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from . import matrix as mx, report
 
@@ -61,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
     # tqdm.write keeps the progress bar (a terminal only) below the log lines
     log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
     name = args.matrix or "quick"
+    if args.case == ["serve"]:
+        return _serve(args, log)
     if args.results:
         results = report.finalize(report.load_json(args.results))
         out = Path(args.out) if args.out else Path(args.results).parent

@@ -50,16 +50,21 @@ CMAKE_DEFINES: dict[str, str] = {
     "LLAMA_BUILD_TOOLS": "ON",  # llama-bench
     "LLAMA_BUILD_EXAMPLES": "ON",  # llama-simple, llama-speculative-simple
     "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_SERVER": "OFF",
+    "LLAMA_BUILD_SERVER": "ON",  # llama-server, for the serve benchmark (built on request)
     "LLAMA_BUILD_APP": "OFF",
     "GGML_CCACHE": "OFF",  # we set the launcher ourselves, see _configure_args
 }
 
 STAMP = "stamp.json"
 
+#: defines that only choose which targets exist: the binaries stay as they are
+TARGET_DEFINES = ("LLAMA_BUILD_SERVER",)
+
+
 def _flags_hash() -> str:
     """Hash of everything that changes the produced binaries (flags and chosen compilers)."""
-    key = {"defines": CMAKE_DEFINES, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
+    defines = {k: v for k, v in CMAKE_DEFINES.items() if k not in TARGET_DEFINES}
+    key = {"defines": defines, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -217,10 +222,11 @@ def ensure_tools(
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(open(log, "a")) if log is not None else None
             t0 = time.monotonic()
-            if not stamp.get("configured") or not (build / "build.ninja").exists():
+            if (not stamp.get("configured") or stamp.get("defines") != CMAKE_DEFINES
+                    or not (build / "build.ninja").exists()):
                 _run_logged(_configure_args(src, build), out, "configuring llama.cpp's tools")
                 stamp = {"pin": facts.LLAMA_CPP_PIN, "flags": _flags_hash(), "src": str(src),
-                         "configured": True, "tools": {}}
+                         "configured": True, "defines": CMAKE_DEFINES, "tools": {}}
                 _write_stamp(root, stamp)
             _run_logged(["cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 1),
                          "--target", *names], out)
