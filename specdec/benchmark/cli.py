@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import compare as gate
@@ -54,7 +54,7 @@ def main(argv: Sequence[str]) -> int:
     return run(args)
 
 
-def _serve(args: argparse.Namespace, log) -> int:
+def _serve(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     from . import serve
 
     out = Path(args.out) if args.out else Path("specdec-bench") / (

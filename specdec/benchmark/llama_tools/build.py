@@ -50,21 +50,21 @@ CMAKE_DEFINES: dict[str, str] = {
     "LLAMA_BUILD_TOOLS": "ON",  # llama-bench
     "LLAMA_BUILD_EXAMPLES": "ON",  # llama-simple, llama-speculative-simple
     "LLAMA_BUILD_TESTS": "OFF",
-    "LLAMA_BUILD_SERVER": "ON",  # llama-server, for the serve benchmark (built on request)
+    "LLAMA_BUILD_SERVER": "OFF",
     "LLAMA_BUILD_APP": "OFF",
     "GGML_CCACHE": "OFF",  # we set the launcher ourselves, see _configure_args
 }
 
-STAMP = "stamp.json"
+#: tools whose targets exist only with a CMake option the configuration above leaves off;
+#: the option adds targets and changes no binary, so it stays out of the flags hash
+TARGET_OPTIONS: dict[str, str] = {"llama-server": "LLAMA_BUILD_SERVER"}
 
-#: defines that only choose which targets exist: the binaries stay as they are
-TARGET_DEFINES = ("LLAMA_BUILD_SERVER",)
+STAMP = "stamp.json"
 
 
 def _flags_hash() -> str:
     """Hash of everything that changes the produced binaries (flags and chosen compilers)."""
-    defines = {k: v for k, v in CMAKE_DEFINES.items() if k not in TARGET_DEFINES}
-    key = {"defines": defines, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
+    key = {"defines": CMAKE_DEFINES, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -154,9 +154,10 @@ def locked(root: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _configure_args(src: Path, build: Path) -> list[str]:
+def _configure_args(src: Path, build: Path, options: Sequence[str] = ()) -> list[str]:
     args = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja"]
     args += [f"-D{k}={v}" for k, v in CMAKE_DEFINES.items()]
+    args += [f"-D{o}=ON" for o in options]
     if shutil.which("ccache"):  # speeds rebuilds; does not change the binaries, so not hashed
         args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
     return args
@@ -222,11 +223,15 @@ def ensure_tools(
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(open(log, "a")) if log is not None else None
             t0 = time.monotonic()
-            if (not stamp.get("configured") or stamp.get("defines") != CMAKE_DEFINES
-                    or not (build / "build.ninja").exists()):
-                _run_logged(_configure_args(src, build), out, "configuring llama.cpp's tools")
+            options = sorted(set(stamp.get("options", []))
+                             | {TARGET_OPTIONS[n] for n in names if n in TARGET_OPTIONS})
+            if (not stamp.get("configured") or not (build / "build.ninja").exists()
+                    or options != stamp.get("options", [])):
+                _run_logged(_configure_args(src, build, options), out,
+                            "configuring llama.cpp's tools")
                 stamp = {"pin": facts.LLAMA_CPP_PIN, "flags": _flags_hash(), "src": str(src),
-                         "configured": True, "defines": CMAKE_DEFINES, "tools": {}}
+                         "configured": True, "options": options,
+                         "tools": stamp.get("tools", {}) if stamp.get("configured") else {}}
                 _write_stamp(root, stamp)
             _run_logged(["cmake", "--build", str(build), "-j", str(jobs or os.cpu_count() or 1),
                          "--target", *names], out)
