@@ -9,8 +9,6 @@ import asyncio
 import json
 import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,6 +23,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+from specdec.benchmark.serve import ServerProcess, free_port   # noqa: E402
 from specdec.testing.chat import write_tiny_chat   # noqa: E402
 
 QWEN = (Path(__file__).parent / "data" / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja")
@@ -33,35 +32,16 @@ KEY = "sk-test-123"
 SOAK_S = float(os.environ.get("SPECDEC_SERVE_SOAK_S", "8"))
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Server(ServerProcess):
+    """`python -m specdec serve` on a free port, with helpers to talk to it."""
 
-
-class Server:
     def __init__(self, model, *args):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specdec", "serve", "-m", str(model), "--port",
-             str(self.port), "--served-model-name", "tiny", *args],
-            stdout=self.log, stderr=subprocess.STDOUT, cwd=tempfile.gettempdir())
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                self.get("/health")
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"server did not start:\n{self.output()}")
-                time.sleep(0.2)
-
-    def output(self):
-        self.log.seek(0)
-        return self.log.read().decode(errors="replace")
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        log = Path(tempfile.mkdtemp()) / "server.log"
+        super().__init__([sys.executable, "-m", "specdec", "serve", "-m", str(model), "--port",
+                          str(port), "--served-model-name", "tiny", *args], port, log,
+                         timeout=120)
 
     def request(self, method, path, body=None, *, raw=None, headers=None):
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
@@ -91,15 +71,6 @@ class Server:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         raise RuntimeError("no VmRSS")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")

@@ -38,22 +38,24 @@ def grounded_prompts() -> List[str]:
     return [p.text for c in ("code", "repeat", "records") for p in cats.get(c, [])]
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
 
 
-class _Server:
-    """A server child on a free port, up once /health answers."""
+class ServerProcess:
+    """A server child listening on ``port``, up once its /health answers 200; its output
+    is appended to ``log``."""
 
-    def __init__(self, argv: List[str], port: int, log: Path) -> None:
+    def __init__(self, argv: List[str], port: int, log: Path, *, timeout: float = 300) -> None:
         self.port = port
+        self.log_path = log
         self.log = open(log, "ab")
         self.proc = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT,
                                      cwd=tempfile.gettempdir())
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
@@ -63,7 +65,8 @@ class _Server:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"{Path(argv[0]).name} did not start; see {log}")
+                raise RuntimeError(f"{Path(argv[0]).name} did not start:\n"
+                                   f"{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.3)
 
     def stop(self) -> None:
@@ -99,8 +102,8 @@ def _measure(argv: Callable[[int, int], List[str]], prompts: Sequence[str], n_ge
              log: Path, reps: int) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for c in CONCURRENCY:
-        port = _free_port()
-        server = _Server(argv(port, c), port, log)
+        port = free_port()
+        server = ServerProcess(argv(port, c), port, log)
         try:
             run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)     # warm-up
             res = run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=n_gen,
