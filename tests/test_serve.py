@@ -92,7 +92,7 @@ def ending(models):
 
 @pytest.fixture(scope="module")
 def looping(models):
-    s = Server(models["looping"], "--n-ctx", "1024", "--slots", "4", "--drafter", "ngram",
+    s = Server(models["looping"], "--n-ctx", "4096", "--slots", "4", "--drafter", "ngram",
                "--n-max", "4", "--api-key", KEY)
     yield s
     s.stop()
@@ -322,8 +322,13 @@ def test_speculation_in_usage_and_metrics(looping):
     assert after[("specdec_queue_depth", ())] == 0 and after[("specdec_slots", ())] == 4
 
 
+def _generated(server):
+    return _metrics(server)[("specdec_generated_tokens_total", ())]
+
+
 def test_disconnect_frees_the_slot(looping):
     c = looping.client(api_key=KEY)
+    before = _generated(looping)
     with c.chat.completions.create(model="tiny", messages=HELLO, max_tokens=100000,
                                    stream=True) as s:
         for i, _ in enumerate(s):
@@ -333,8 +338,28 @@ def test_disconnect_frees_the_slot(looping):
     while looping.get("/health")[1]["running"] and time.monotonic() < deadline:
         time.sleep(0.05)
     assert looping.get("/health")[1] == IDLE
+    assert _generated(looping) - before < 3000     # cut short, not run to the 4096-token context
     r = c.chat.completions.create(model="tiny", messages=HELLO, max_tokens=5, temperature=0)
     assert r.choices[0].message.content == REPLY[:5]
+
+
+def test_disconnect_without_stream_frees_the_slot(looping):
+    """A client that gives up on a non-streaming request frees its slot too."""
+    import http.client
+
+    before = _generated(looping)
+    conn = http.client.HTTPConnection("127.0.0.1", looping.port, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": "Hi", "max_tokens": 100000}),
+                 {"Content-Type": "application/json", "Authorization": f"Bearer {KEY}"})
+    deadline = time.monotonic() + 30
+    while looping.get("/health")[1]["running"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert looping.get("/health")[1]["running"] == 1
+    conn.close()
+    while looping.get("/health")[1] != IDLE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert looping.get("/health")[1] == IDLE
+    assert _generated(looping) - before < 3000
 
 
 def test_load_with_random_disconnects(looping):
