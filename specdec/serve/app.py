@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from .._core import ContextFullError
 from ..chat import chat_prompt
-from .backend import Job, Work
+from .backend import Job, Piece, Work
 from .metrics import Metrics
 from .protocol import (APIError, Envelope, Spec, bad, chat_spec, chunk, completion_spec,
                        finish_reason, full_response, usage_chunk)
@@ -202,13 +202,19 @@ class Server:
         lps = self.backend.logprobs_of(res.tokens, res.logprobs)
         return JSONResponse(full_response(env, res, lps))
 
-    async def _drain(self, job: Job, arrived: float) -> Any:
+    async def _pieces(self, job: Job, arrived: float) -> AsyncIterator[Piece]:
+        """The job's pieces, counted for the time to first token and the token rate."""
         n = 0
         async for piece in job:
             if n == 0:
                 self.metrics.ttft.observe(time.monotonic() - arrived)
             self.metrics.tokens(piece.n_tokens - n)
             n = piece.n_tokens
+            yield piece
+
+    async def _drain(self, job: Job, arrived: float) -> Any:
+        async for _ in self._pieces(job, arrived):
+            pass
         return job.result
 
     async def _events(self, job: Job, env: Envelope, spec: Spec, arrived: float
@@ -216,13 +222,9 @@ class Server:
         try:
             if spec.kind == "chat":
                 yield _sse(chunk(env, "", first=True))
-            n, offset = 0, 0
+            offset = 0
             try:
-                async for piece in job:
-                    if n == 0:
-                        self.metrics.ttft.observe(time.monotonic() - arrived)
-                    self.metrics.tokens(piece.n_tokens - n)
-                    n = piece.n_tokens
+                async for piece in self._pieces(job, arrived):
                     yield _sse(chunk(env, piece.text, logprobs=piece.logprobs, offset=offset))
                     offset += len(piece.text)
             except (ValueError, TypeError, ContextFullError) as e:

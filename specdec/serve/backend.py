@@ -59,12 +59,6 @@ class Job:
             n += len(p.tokens)
             yield Piece(p.text, n, self._backend.logprobs_of(p.tokens, p.logprobs))
 
-    async def wait(self) -> GenerationResult:
-        async for _ in self:
-            pass
-        assert self.result is not None
-        return self.result
-
 
 class EngineBackend:
     """The server's requests on one Engine."""
