@@ -28,6 +28,13 @@ def _plt():
     return plt
 
 
+def _save(plt, fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _gmean(xs: List[float]) -> float:
     xs = [x for x in xs if x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else 0.0
@@ -70,10 +77,7 @@ def tok_s_by_category(rows: List[Row], path: Path) -> Path:
         ax.set_xlabel("tokens/s (geometric mean over the group's prompts)")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def speedup(rows: List[Row], path: Path) -> Path:
@@ -95,10 +99,7 @@ def speedup(rows: List[Row], path: Path) -> Path:
     ax.set_yticks(range(len(labels)), labels, fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel(f"speedup over the same side's plain decoding (grounded prompts: {', '.join(GROUNDED)})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def acceptance_by_position(rows: List[Row], path: Path) -> Path:
@@ -125,10 +126,7 @@ def acceptance_by_position(rows: List[Row], path: Path) -> Path:
     ax.set_ylim(0, 1.05)
     if sums:
         ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
@@ -155,10 +153,7 @@ def mtp_speedup_vs_acceptance(rows: List[Row], path: Path) -> Path:
     ax.set_xlabel("acceptance (accepted / drafted)")
     ax.set_ylabel("speedup over own plain decoding")
     ax.set_title("MTP: specdec (blue; squares adaptive) and llama.cpp draft-mtp (orange)", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def oracle(rows: List[Row], path: Path) -> Path:
@@ -190,10 +185,7 @@ def oracle(rows: List[Row], path: Path) -> Path:
         ax2.axvline(1.0, color="black", lw=0.8)
         ax2.set_xlabel("tok/s as a share of the best oracle row")
         ax2.set_title(f"{case}: drafters against the ceiling", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(plt, fig, path)
 
 
 def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:

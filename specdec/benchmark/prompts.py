@@ -13,7 +13,7 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import List
 
 HERE = Path(__file__).resolve().parent / "prompt_data"
 
@@ -63,10 +63,3 @@ def all_prompts() -> List[Prompt]:
         Prompt("open-story", "open", (HERE / "open_ended.txt").read_text(encoding="utf-8")),
         Prompt("open-explain", "open", (HERE / "open_explain.txt").read_text(encoding="utf-8")),
     ]
-
-
-def by_category() -> Dict[str, List[Prompt]]:
-    out: Dict[str, List[Prompt]] = {}
-    for p in all_prompts():
-        out.setdefault(p.category, []).append(p)
-    return out

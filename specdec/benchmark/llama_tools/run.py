@@ -199,7 +199,7 @@ def run_spec_simple(
         # leaks it on purpose), so a run can lose the tail of its log, timing summary included:
         # seen with -v in about 1 of 20 runs. The log is in order, so a run whose summary
         # arrived lost nothing before it; a run without one is run again.
-        for attempt in range(LOST_LOG_RETRIES + 1):
+        for _ in range(LOST_LOG_RETRIES + 1):
             res = subprocess.run(cmd, capture_output=True)
             check(res, cmd)
             err = res.stderr.decode(errors="replace")
