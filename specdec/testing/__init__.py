@@ -3,7 +3,11 @@
 write_tiny_qwen35 / write_tiny_dense / write_tiny_mamba2 / write_tiny_qwen3next give
 random-weight models (shape and API coverage); write_bigram_mtp_model gives qwen35(moe) models whose greedy output
 and MTP acceptance are known, with bigram_successor / mtp_draft_accuracy as
-numpy references.
+numpy references. ``chat`` writes tiny models with chat templates, ``gguf_fuzz`` fuzzes
+model loading (``python -m specdec.testing.gguf_fuzz``).
+
+Tooling, like ``numpy.testing``: for specdec's tests and a user's own; it imports the
+runtime, and the runtime never imports it (``tests/test_layout.py``).
 """
 
 from specdec.testing.bigram import bigram_successor, mtp_draft_accuracy, write_bigram_mtp_model

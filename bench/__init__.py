@@ -1,1 +1,0 @@
-"""Benchmark helpers: build and run llama.cpp's own reference tools for comparison."""
