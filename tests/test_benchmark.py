@@ -292,3 +292,50 @@ def test_cli_reports_saved_results_and_gates_them(tiny_results, tmp_path, capsys
     other_path = report.save_json(other, tmp_path / "other.json")
     assert main(["bench", "--results", str(res_path), "--no-plots", "-q",
                  "--compare", str(other_path)]) == 2      # nothing comparable must not pass
+
+
+def test_tools_build_is_shared_by_copies_of_the_pinned_tree(tmp_path, monkeypatch):
+    """The tools dir is keyed by pin and flags: a build configured from another copy of the
+    pinned tree (another checkout, the cache's unpacked sdist) is kept, not wiped and redone;
+    a tree named by $SPECDEC_LLAMA_CPP_DIR is always the one built."""
+    from specdec import _build_facts as facts
+    from specdec.benchmark.llama_tools import build as b
+
+    root, other, mine = tmp_path / "tools", tmp_path / "other", tmp_path / "mine"
+    for tree in (other, mine):
+        tree.mkdir()
+        (tree / "CMakeLists.txt").write_text("")
+    monkeypatch.setenv("SPECDEC_LLAMA_TOOLS_DIR", str(root))
+    monkeypatch.delenv("SPECDEC_LLAMA_CPP_DIR", raising=False)
+    monkeypatch.setattr(b, "_source_dir", lambda: mine.resolve())
+    build = root / "build"
+    build.mkdir(parents=True)
+    (build / "build.ninja").write_text("")
+    (build / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={other}\n")
+    b._write_stamp(root, {"pin": facts.LLAMA_CPP_PIN, "flags": b._flags_hash(),
+                          "configured": True, "tools": {}})
+    cmds = []
+
+    def fake_run(cmd, out, desc=""):
+        cmds.append(cmd)
+        if "-S" in cmd:      # configure
+            build.mkdir(exist_ok=True)
+            (build / "build.ninja").write_text("")
+            (build / "CMakeCache.txt").write_text(f"CMAKE_HOME_DIRECTORY:INTERNAL={cmd[cmd.index('-S') + 1]}\n")
+        else:                # build: the targets appear
+            (build / "bin").mkdir(exist_ok=True)
+            for name in cmd[cmd.index("--target") + 1:]:
+                (build / "bin" / name).write_text("")
+                (build / "bin" / name).chmod(0o755)
+
+    monkeypatch.setattr(b, "_run_logged", fake_run)
+    assert b.ensure_tools(("llama-bench",))["llama-bench"] == build / "bin" / "llama-bench"
+    assert [c[:2] for c in cmds] == [["cmake", "--build"]]       # no reconfigure, nothing wiped
+    assert str(other) in (build / "CMakeCache.txt").read_text()
+
+    cmds.clear()
+    monkeypatch.setenv("SPECDEC_LLAMA_CPP_DIR", str(mine))
+    b.ensure_tools(("llama-simple",))
+    assert [c[:2] for c in cmds] == [["cmake", "-S"], ["cmake", "--build"]]
+    assert cmds[0][2] == str(mine.resolve())
+    assert not (build / "bin" / "llama-bench").exists()         # the other tree's build went

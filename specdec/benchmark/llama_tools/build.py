@@ -107,6 +107,14 @@ def _vendored_llama_cpp() -> Path:
     return dest
 
 
+def _same_pin_elsewhere(tree: Path) -> bool:
+    """Whether a build configured from ``tree`` serves a caller whose tree is another copy of
+    the pin: every checkout, worktree and installed package fetches the same pinned sources,
+    and the tools dir is keyed by pin and flags, so they share one build instead of wiping it
+    in turn. A tree named by ``$SPECDEC_LLAMA_CPP_DIR`` is the caller's choice: never swapped."""
+    return "SPECDEC_LLAMA_CPP_DIR" not in os.environ and (tree / "CMakeLists.txt").exists()
+
+
 def _read_stamp(root: Path) -> dict[str, Any]:
     try:
         return json.loads((root / STAMP).read_text())
@@ -218,8 +226,11 @@ def ensure_tools(
             stamp = {}  # reconfigure; ninja then rebuilds whatever the new flags or tree touch
         cached = _cached_source(build)
         if cached is not None and Path(cached).resolve() != src:
-            shutil.rmtree(build)  # a cache configured for another checkout cannot be reused
-            stamp = {}
+            if _same_pin_elsewhere(Path(cached)):
+                src = Path(cached).resolve()   # keep the build: its tree is the pinned one too
+            else:
+                shutil.rmtree(build)  # configured for a tree that is gone or was chosen by hand
+                stamp = {}
         with contextlib.ExitStack() as stack:
             out = stack.enter_context(open(log, "a")) if log is not None else None
             t0 = time.monotonic()
