@@ -52,26 +52,20 @@ def make_drafters(specs: List[DrafterSpec], spec: SpecConfig, *,
                   n_gpu_layers_draft: Optional[int]) -> List[Drafter]:
     created = [create_drafter(s) for s in specs]
     if n_gpu_layers_draft is not None:
-        placed = [d for d in created if hasattr(d, "n_gpu_layers")]
+        placed = [d for d in created if d.has_model]
         if not placed:
             raise ValueError("n_gpu_layers_draft applies to drafters with a model of their "
                              "own (draft:PATH, layerskip:N, mtp); none is in use")
         for d in placed:
             d.n_gpu_layers = n_gpu_layers_draft
-    drafters: List[Drafter] = [guard(d, drafter_timeout, on_drafter_error) for d in created]
-    for d in drafters:
-        configure = getattr(d, "configure", None)
-        if configure is not None:
-            configure(spec)
-    return drafters
+    for d in created:
+        d.configure(spec)
+    return [guard(d, drafter_timeout, on_drafter_error) for d in created]
 
 
 def needs_hidden_rows(drafters: Sequence[Drafter]) -> Optional[str]:
     """The MTP hidden-state mode one of the drafters reads from the target (None: none does)."""
-    nextn = None
-    for d in drafters:
-        nextn = getattr(d, "target_nextn", None) or nextn
-    return nextn
+    return "dense" if any(d.needs_mtp_hidden for d in drafters) else None
 
 
 def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
@@ -83,6 +77,7 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
     n_max = spec.n_max if drafters else 0
     # recurrent state rolled back by n_rs_seq snapshots (the others use checkpoints)
     recurrent = (model.is_recurrent or model.is_hybrid) and model.supports_partial_rollback
+    rollback = max([d.rollback_depth for d in drafters], default=0)
     nextn = needs_hidden_rows(drafters)
     if lazy_logits is None:
         # off the host (any offloaded layer takes the output layer with it) the head
@@ -99,7 +94,7 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
     ctx = Context(
         model, n_ctx=n_ctx, n_batch=max(n_batch, verify_rows),
         n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
-        n_rs_seq=max(n_max, int(exact)) if recurrent and (n_max or exact) else 0,
+        n_rs_seq=max(rollback, int(exact)) if recurrent and (rollback or exact) else 0,
         nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:

@@ -49,8 +49,9 @@ class Decoder:
     n_min
         Drafts shorter than this are dropped (the round decodes plainly).
     p_min
-        Probabilistic drafters (draft models, MTP) stop a draft where their own
-        probability falls below it.
+        Probabilistic drafters (draft models, layer-skip, MTP, suffix) stop a draft where
+        their own probability falls below it; a drafter given its own ``p_min`` keeps it
+        (``Drafter.configure``).
     adaptive
         Choose each round's draft length from measured acceptance per position and
         measured verify and drafting costs; stop asking a drafter that does not pay.
@@ -190,9 +191,7 @@ class Decoder:
         self._acquire()
         try:
             for d in self.drafters:
-                close = getattr(d, "close", None)
-                if close is not None:
-                    close()
+                d.close()
             self.drafters = []
             self._policies.clear()
             self.ctx.close()

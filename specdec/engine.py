@@ -443,9 +443,7 @@ class Engine:
         if threading.current_thread() is not self._worker:
             self._worker.join()
         for d in self.drafters.values():
-            close = getattr(d, "close", None)
-            if close is not None:
-                close()
+            d.close()
         self.ctx.close()
 
     def __enter__(self) -> "Engine":

@@ -32,8 +32,15 @@ def test_generate_text_with_model(tiny_dense_path):
 
 
 def test_drafters_lists_builtins():
+    from specdec.drafters import BUILTINS
     p = _run("drafters")
-    assert "ngram" in p.stdout
+    # one line per drafter, starting with its usage: "ngram[:N]" is not "ngram-map[:N]"
+    usages = [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+    for b in BUILTINS.values():
+        assert usages.count(b.usage) == 1, (b.usage, usages)
+    for b in BUILTINS.values():
+        assert any(line.startswith(b.usage + " ") and b.summary in line
+                   for line in p.stdout.splitlines()), b.usage
 
 
 def test_bad_model_is_a_clear_error(tmp_path):

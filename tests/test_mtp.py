@@ -25,6 +25,7 @@ from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
 from specdec.drafters._base import run_observe, run_propose
 from specdec.drafters.mtp import MtpDrafter
+from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
 from specdec.testing import bigram_successor, write_bigram_mtp_model, write_tiny_qwen35
 from specdec.testing.bigram import _rmsnorm, _Tensors
 
@@ -88,7 +89,7 @@ def _run(path, n_max, n_tokens, *, prompt=PROMPT, drafter=None, **kw):
 
 def test_registered_and_target_is_dense(bigram):
     assert "mtp" in available()
-    assert MtpDrafter().target_nextn == "dense"
+    assert MtpDrafter().needs_mtp_hidden and not MtpDrafter().rollback_depth
     dec = Decoder(bigram(), drafter="mtp", n_max=3, n_ctx=256)
     assert isinstance(dec.drafters[0], MtpDrafter)
     assert dec.ctx.nextn == "dense" and dec.model.supports_mtp
@@ -260,7 +261,7 @@ def test_drafts_equal_numpy_head(bigram, arch, chain):
     with which token, the later ones that the head is fed its own output row."""
     path = bigram(arch, 0.3)
     head = BigramHead(path)
-    mtp = MtpDrafter(_chain_heads=chain)
+    mtp = ChainedHeadsMtpDrafter(chain_heads=chain) if chain else MtpDrafter()
     chk = Checking(mtp, lambda seq, hist, last, n: head.draft(hist[-1], last, n))
     dec = Decoder(path, drafter=[chk, mtp], n_max=3, n_ctx=512, load_mtp=True)
     res = dec.generate(PROMPT, max_tokens=200)
@@ -334,7 +335,7 @@ class Scratch:
 
 
 def _scripted_run(model, n_max, *, n_seq=1, script=None, chain=0, mtp_spec=None, tokens=40):
-    mtp = MtpDrafter(mtp_spec, _chain_heads=chain)
+    mtp = ChainedHeadsMtpDrafter(mtp_spec, chain_heads=chain) if chain else MtpDrafter(mtp_spec)
     ref = Scratch(model, None if mtp_spec is None else Model(mtp_spec, load_mtp=True))
     chk = Checking(mtp, ref.draft, script, ref.oracle)
     dec = Decoder(model, drafter=[chk, mtp], n_max=n_max, n_ctx=256 * n_seq, n_seq_max=n_seq)

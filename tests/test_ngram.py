@@ -55,10 +55,12 @@ def test_greedy_equal_to_plain_synthetic(tiny_dense, n_max):
     assert spec.stats.drafted > 0
 
 
-def test_ngram_speeds_up_repetition(gemma):
-    plain = Decoder(gemma, n_ctx=1024).generate(CODE, max_tokens=60)
-    spec = Decoder(gemma, drafter="ngram", n_max=4, n_ctx=1024, check=True).generate(CODE, max_tokens=60)
+def test_ngram_speeds_up_repetition(gemma_path):
+    # exact mode: batch-invariant kernels, so every token must equal plain decoding's
+    plain = Decoder(gemma_path, n_ctx=1024, exact=True).generate(CODE, max_tokens=60)
+    spec = Decoder(gemma_path, drafter="ngram", n_max=4, n_ctx=1024, exact=True,
+                   check=True).generate(CODE, max_tokens=60)
     assert spec.stats.accepted > 10
     assert spec.stats.rounds < 60
-    # batched verification may flip near-ties on quantized weights: compare a prefix
-    assert spec.tokens[:20] == plain.tokens[:20]
+    assert len(spec.tokens) == len(plain.tokens) == 60
+    assert spec.tokens == plain.tokens

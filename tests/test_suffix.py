@@ -8,6 +8,7 @@ from specdec import Decoder, Sampling
 from specdec.drafters import available, create
 from specdec.drafters._base import run_accept, run_begin, run_observe, run_propose
 from specdec.drafters.suffix import SuffixDrafter
+from specdec.drafters._test_hooks import check_suffix_tree, suffix_count
 
 
 def occurrences(seqs, s):
@@ -45,19 +46,19 @@ def test_tree_counts_match_brute_force(depth, vocab):
         chunk = [rng.randrange(vocab) for _ in range(rng.randint(1, 9))]
         run_observe(d, 0, chunk)
         local += chunk
-        d._check(0)
+        check_suffix_tree(d, 0)
         doc = [rng.randrange(vocab) for _ in range(rng.randint(0, 40))]
         d.add_corpus([doc])
         if len(doc) >= 2:
             docs.append(doc)
             while sum(map(len, docs)) > 120:
                 docs.pop(0)
-        d._check(-1)
+        check_suffix_tree(d, -1)
         assert d.corpus_tokens == sum(map(len, docs))
         for _ in range(10):
             s = [rng.randrange(vocab) for _ in range(rng.randint(1, depth + 1))]
-            assert d._count(s, 0) == occurrences([local], s)
-            assert d._count(s, -1) == occurrences(docs, s)
+            assert suffix_count(d, s, 0) == occurrences([local], s)
+            assert suffix_count(d, s, -1) == occurrences(docs, s)
 
 
 def test_follows_the_longest_match_and_cycles():
@@ -117,7 +118,7 @@ def test_corpus_persists_across_requests():
     # the next request commits the previous generation (not its prompt) to the corpus
     request(d, [4, 5, 6], [40, 41])
     assert d.corpus_tokens == len(answer) and d.corpus_sequences == 1
-    assert d._count([40, 41, 42], -1) == 1 and d._count([1, 2], -1) == 0
+    assert suffix_count(d, [40, 41, 42], -1) == 1 and suffix_count(d, [1, 2], -1) == 0
     # the local tree has never seen 42: the draft comes from the corpus
     assert run_propose(d, 0, 42, 4) == [43, 44, 45]
     # user documents, and an explicit commit
@@ -129,7 +130,7 @@ def test_corpus_persists_across_requests():
     assert d.corpus_sequences == 4 and d.corpus_tokens == len(answer) + 6 + 2 + 3
     d.finish(0)                                            # nothing new since
     assert d.corpus_sequences == 4
-    d.clear_corpus()
+    d.forget_text()
     assert d.corpus_tokens == 0 and d.tree_nodes() == 1
 
 
@@ -143,13 +144,13 @@ def test_corpus_is_bounded_and_evicts_oldest():
         d.add_corpus([[rng.randrange(300) for _ in range(rng.randint(2, 60))]])
         assert d.corpus_tokens <= 500
         assert d.tree_nodes() <= 2 * d.corpus_tokens + 1
-    d._check(-1)
-    assert d._count([1000, 1001], -1) == 0                 # the oldest document is gone
+    check_suffix_tree(d, -1)
+    assert suffix_count(d, [1000, 1001], -1) == 0                 # the oldest document is gone
     assert run_propose(d, 0, 1000, 4) == []
     d.add_corpus([list(range(2000, 3000))])                # longer than the cap: its tail
     assert d.corpus_tokens == 500 and d.corpus_sequences == 1
-    assert d._count([2499, 2500], -1) == 0 and d._count([2500, 2501], -1) == 1
-    d._check(-1)
+    assert suffix_count(d, [2499, 2500], -1) == 0 and suffix_count(d, [2500, 2501], -1) == 1
+    check_suffix_tree(d, -1)
     off = SuffixDrafter(max_corpus_tokens=0)
     off.add_corpus([[1, 2, 3]])
     assert off.corpus_tokens == 0
@@ -161,7 +162,7 @@ def test_corpus_token_ids_are_checked(tiny_dense):
     d.add_corpus([[1, 2, 3, 1000]])
     with pytest.raises(ValueError, match="vocabulary"):
         d.bind(Context(tiny_dense, n_ctx=64), 1)           # tiny_dense has 256 tokens
-    d.clear_corpus()
+    d.forget_text()
     d.bind(Context(tiny_dense, n_ctx=64), 1)
     with pytest.raises(ValueError):
         d.add_corpus([[1, 2, 256]])

@@ -119,12 +119,7 @@ def forget_texts(dec: api.Decoder) -> None:
     tools start every prompt from nothing too. What the adaptive policy learnt (costs,
     acceptance rates) is kept: it holds no text."""
     for d in dec.drafters:
-        if hasattr(d, "clear_corpus"):
-            d.finish()               # commit the last generation now, so begin() adds nothing
-            d.clear_corpus()
-        elif hasattr(d, "flush") and hasattr(d, "clear"):
-            d.flush()
-            d.clear()
+        d.forget_text()
 
 
 def _specdec_sample(dec: api.Decoder, prompt, n_gen: int, sleep_s: float) -> Sample:

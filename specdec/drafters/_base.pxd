@@ -15,20 +15,46 @@ cdef class Draft:
     cdef void clear(self) noexcept nogil
 
 
+cdef class TokenHistory:
+    """One sequence's tokens; Python reads them through read-only buffer views."""
+    cdef vector[int32_t] v
+    cdef int n_exports              # buffer views alive: while any is, the storage never moves
+
+
 cdef class Drafter:
     cdef public str name
     cdef readonly int n_vocab
     cdef Context _target                # the target itself, for C-level drafters
     cdef readonly TargetView target     # what Python code of a drafter sees (read only)
-    cdef vector[vector[int32_t]] hist   # per sequence: prompt + accepted tokens
-    cdef bint _py_observe, _py_accept, _py_begin, _py_reset
+    cdef list _hists                    # per sequence: TokenHistory of prompt + accepted tokens
+    cdef readonly int n_max             # the longest draft asked for (configure)
+    cdef readonly double p_min          # stop a draft below this probability (configure)
+    cdef bint _p_min_given              # p_min was given to the drafter: configure keeps it
+    cdef public object n_gpu_layers     # a drafter's own model: its layers on devices (has_model)
+    cdef readonly int observe_row       # during observe: the batch row of its first token, else -1
+    cdef bint _py_begin, _py_observe, _py_propose, _py_accept, _py_reset
     cdef double t_sync                  # seconds of the last propose_c spent catching up with
                                         # history rather than drafting (the policy leaves it out)
 
+    cdef int _set_p_min(self, value, double default) except -1
+    cdef int _bind_hooks(self) except -1
     cdef int _grow(self, int seq) except -1
+    cdef vector[int32_t] * hist(self, int seq) except NULL
+    cdef int n_hist_seqs(self) noexcept
+    cdef int _clear_hist(self, int seq) except -1
+    cdef int _append_hist(self, int seq, const int32_t * toks, int n) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
+
+    # the controller calls these; they apply the dispatch rule (never overridden)
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1
     cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1
     cdef int accept_c(self, int seq, int n_accepted) except -1
     cdef int reset_c(self, int seq) except -1
+
+    # built-in drafters implement these
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1
+    cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int _accept(self, int seq, int n_accepted) except -1
+    cdef int _reset(self, int seq) except -1

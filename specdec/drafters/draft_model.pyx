@@ -14,47 +14,49 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
-from .registry import register
 from ..placement import draft_options
 
 import os
 
 
 cdef class DraftModelDrafter(Drafter):
-    """DraftModelDrafter(path=None, *, p_min=0.0, n_threads=None, name="draft")
+    """DraftModelDrafter(path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="draft")
 --
 
     ``path``: the draft GGUF (or a loaded ``Model``). ``p_min``: stop drafting when the
-    draft model's probability of its own next guess falls below it."""
+    draft model's probability of its own next guess falls below it (None: the
+    Decoder's ``p_min``)."""
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx
     cdef Batch batch
     cdef object _source
-    cdef readonly float p_min
-    cdef public object n_gpu_layers       # the draft model's layers on devices; None: the target's
     cdef int n_threads
     cdef vector[vector[int32_t]] in_ctx   # per sequence: tokens held by the draft context
     cdef vector[int32_t] n_hist           # per sequence: how many of them are target history
 
-    def __init__(self, path=None, *, p_min=0.0, n_threads=None, n_gpu_layers=None, name="draft"):
+    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="draft"):
         super().__init__(name)
         self.n_gpu_layers = n_gpu_layers
         if path is None and type(self) is DraftModelDrafter:
             raise ValueError("the draft drafter needs a model: draft:PATH")
         self._source = path
-        self.p_min = float(p_min)
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError(f"p_min must be in [0, 1], got {p_min}")
+        self._set_p_min(p_min, 0.0)
         self.n_threads = 0 if n_threads is None else int(n_threads)
 
     def set_source(self, path):
         """The draft GGUF to load at ``bind`` (subclasses that derive it late use this)."""
         self._source = path
 
-    def configure(self, spec):
-        """Take ``p_min`` from the decoder's SpecConfig unless given explicitly."""
-        if self.p_min == 0.0:
-            self.p_min = spec.p_min
+    @property
+    def has_model(self):
+        return True
+
+    def close(self):
+        """Free the draft context now (the drafter cannot draft afterwards)."""
+        if self.draft_ctx is not None:
+            self.draft_ctx.close()
+            self.draft_ctx = None
+            self.batch = None
 
     cdef int bind_c(self, Context target, int n_seq) except -1:
         Drafter.bind_c(self, target, n_seq)
@@ -80,8 +82,7 @@ cdef class DraftModelDrafter(Drafter):
         self.n_hist.assign(n_seq, 0)
         return 0
 
-    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
-        Drafter.begin_c(self, seq, toks, n)
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
         self._check_bound(seq)
         self.draft_ctx.seq_rm_c(seq, -1, -1)
         self.in_ctx[seq].clear()
@@ -114,8 +115,7 @@ cdef class DraftModelDrafter(Drafter):
             i0 += m
         return 0
 
-    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
-        Drafter.observe_c(self, seq, toks, n, row0)
+    cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         self._check_bound(seq)
         cdef int base = self.n_hist[seq], m = 0
         cdef vector[int32_t] * have = &self.in_ctx[seq]
@@ -128,8 +128,7 @@ cdef class DraftModelDrafter(Drafter):
         self.n_hist[seq] = base + n
         return 0
 
-    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
-        out.clear()
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)
         cdef int n_vocab = self.draft_model.n_vocab, i, j
         cdef int32_t tok = last, y
@@ -153,13 +152,10 @@ cdef class DraftModelDrafter(Drafter):
             tok = y
         return 0
 
-    cdef int reset_c(self, int seq) except -1:
-        Drafter.reset_c(self, seq)
+    cdef int _reset(self, int seq) except -1:
         if self.draft_ctx is not None and 0 <= seq < <int>self.in_ctx.size():
             self.draft_ctx.seq_rm_c(seq, -1, -1)
             self.in_ctx[seq].clear()
             self.n_hist[seq] = 0
         return 0
 
-
-register("draft")(DraftModelDrafter)

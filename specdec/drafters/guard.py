@@ -21,7 +21,8 @@ import warnings
 import weakref
 from typing import Any, List, Optional
 
-from ._base import Drafter, DrafterError, check_draft, run_accept, run_begin, run_observe
+from ._base import (Drafter, DrafterError, check_draft, run_accept, run_begin, run_observe,
+                    run_reset)
 
 ON_ERROR = ("raise", "disable")
 
@@ -107,11 +108,32 @@ class GuardedDrafter(Drafter):
             weakref.finalize(self, self._worker.close)
         self._n_vocab = 0
 
-    def __getattr__(self, attr: str) -> Any:
-        # configure(), target_nextn and the like come from the wrapped drafter
-        if attr == "inner":
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
+    # --- the rest of the contract: the wrapped drafter's -------------------------------
+
+    def configure(self, spec) -> None:
+        Drafter.configure(self, spec)
+        self.inner.configure(spec)
+
+    @property
+    def needs_mtp_hidden(self) -> bool:
+        return self.inner.needs_mtp_hidden
+
+    @property
+    def rollback_depth(self) -> int:
+        return self.inner.rollback_depth
+
+    @property
+    def has_model(self) -> bool:
+        return self.inner.has_model
+
+    def forget_text(self) -> None:
+        self.inner.forget_text()
+
+    def get_state(self) -> Any:
+        return self.inner.get_state()
+
+    def set_state(self, state: Any) -> None:
+        self.inner.set_state(state)
 
     def bind(self, target, n_seq: int = 1) -> None:
         Drafter.bind(self, target, n_seq)
@@ -154,7 +176,7 @@ class GuardedDrafter(Drafter):
         self._run("begin", run_begin, self.inner, seq, prompt_tokens)
 
     def observe(self, seq, tokens):
-        self._run("observe", run_observe, self.inner, seq, tokens)
+        self._run("observe", run_observe, self.inner, seq, tokens, self.observe_row)
 
     def _propose(self, seq, last_token, n_max):
         res = self.inner.propose(seq, last_token, n_max)
@@ -169,11 +191,12 @@ class GuardedDrafter(Drafter):
         self._run("accept", run_accept, self.inner, seq, n_accepted)
 
     def reset(self, seq):
-        self._run("reset", self.inner.reset, seq)
+        self._run("reset", run_reset, self.inner, seq)
 
     def close(self) -> None:
         if self._worker is not None:
             self._worker.close()
+        self.inner.close()
 
 
 def guard(d: Drafter, timeout: Optional[float], on_error: str) -> Drafter:

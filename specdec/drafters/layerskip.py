@@ -15,7 +15,6 @@ from .. import cache
 from .._core import Context
 from .._progress import shown
 from .draft_model import DraftModelDrafter
-from .registry import register
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
 
@@ -76,7 +75,7 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
 class LayerSkipDrafter(DraftModelDrafter):
     """``layerskip:N``: draft with the target's first N layers (derived at bind time)."""
 
-    def __init__(self, n_layers=None, *, p_min: float = 0.0, n_threads=None):
+    def __init__(self, n_layers=None, *, p_min: float | None = None, n_threads=None):
         if n_layers is None:
             raise ValueError("layerskip needs the number of layers to keep: layerskip:N")
         self.n_layers = int(n_layers)
@@ -86,5 +85,3 @@ class LayerSkipDrafter(DraftModelDrafter):
         self.set_source(str(derive_layerskip_gguf(target.model.path, self.n_layers)))
         super().bind(target, n_seq)
 
-
-register("layerskip")(LayerSkipDrafter)

@@ -44,7 +44,6 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
-from .registry import register
 from ..placement import draft_options
 
 import os
@@ -80,51 +79,35 @@ cdef class MtpDrafter(Drafter):
     ``p_min`` stops a draft when the head's probability of its own guess falls
     below it (taken from the Decoder's ``p_min`` unless given here).
     """
-    cdef readonly Model mtp_model
-    cdef readonly Context mtp_ctx        # head 0; the only context of a single-head model
-    cdef list head_ctxs                  # chained heads: one context per head
-    cdef Batch batch                     # the queued catch-up, then the draft rows
-    cdef object _source
-    cdef readonly float p_min
-    cdef public object n_gpu_layers      # a head file's layers on devices; None: the target's
-    cdef bint _p_min_given
-    cdef int n_threads
-    cdef readonly int n_heads            # >1: chained heads
-    cdef int _chain_test                 # tests: chain this many copies of a single head
-    cdef int _n_max_cfg
-    cdef int n_embd
-    cdef int n_vocab_draft               # ids both vocabularies have (a head file may differ)
-    cdef vector[vector[float]] pend      # per seq: target row of the last committed token
-    cdef vector[int32_t] n_sync          # per seq: positions whose row is in the MTP KV or queued
-    cdef vector[int32_t] kept_tok        # per seq: token of the draft row kept at n_sync-1, or -1
-    cdef vector[float] chain_h           # chained heads: the rows of the prefix being drafted
-    cdef vector[int32_t] chain_tok
-    cdef vector[int32_t] idle            # per seq: rounds observed since its last propose
-    cdef int64_t n_decodes, n_catchup, n_flushes, n_skipped
-    cdef double t_decode                 # seconds spent in MTP decodes
 
-    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None,
-                 _chain_heads=0, name="mtp"):
+    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="mtp"):
         super().__init__(name)
         self.n_gpu_layers = n_gpu_layers
         self._source = None if path in (None, "") else path
-        self._p_min_given = p_min is not None
-        self.p_min = 0.0 if p_min is None else float(p_min)
-        if not 0.0 <= self.p_min <= 1.0:
-            raise ValueError(f"p_min must be in [0, 1], got {p_min}")
+        self._set_p_min(p_min, 0.0)
         self.n_threads = 0 if n_threads is None else int(n_threads)
-        self._chain_test = int(_chain_heads)
 
     @property
-    def target_nextn(self):
-        """The hidden-state mode the target context needs: every row of every decode."""
-        return "dense"
+    def needs_mtp_hidden(self):
+        """The head reads the target's hidden state of every row of every decode."""
+        return True
 
-    def configure(self, spec):
-        """Take ``p_min`` (unless given) and ``n_max`` from the decoder's SpecConfig."""
-        if not self._p_min_given:
-            self.p_min = spec.p_min
-        self._n_max_cfg = spec.n_max
+    @property
+    def has_model(self):
+        return True
+
+    def close(self):
+        """Free the MTP contexts now (the drafter cannot draft afterwards)."""
+        cdef Context c
+        for c in self.head_ctxs or ():
+            c.close()
+        self.head_ctxs = []
+        self.mtp_ctx = None
+        self.batch = None
+
+    cdef int _head_count(self, Model mm) except -1:
+        """Heads to chain: the model's own (one context per NextN layer), else one."""
+        return mm.n_layer_nextn if mm.n_layer_nextn > 1 else 1
 
     # --- setup ------------------------------------------------------------------------
 
@@ -181,13 +164,13 @@ cdef class MtpDrafter(Drafter):
                              f"has {mm.n_layer_nextn}")
         # (targets without n_rs_seq snapshots roll back by checkpoints, at any depth)
         if ((tm.is_recurrent or tm.is_hybrid) and tm.supports_partial_rollback
-                and target.n_rs_seq < self._n_max_cfg):
+                and target.n_rs_seq < self.rollback_depth):
             raise ValueError(f"n_rs_seq={target.n_rs_seq} of the target context is too small for "
-                             f"MTP drafts of {self._n_max_cfg} tokens: create it with "
+                             f"MTP drafts of {self.rollback_depth} tokens: create it with "
                              "n_rs_seq >= n_max")
         if target.nextn != "dense":
             target.set_nextn("dense")
-        self.n_heads = mm.n_layer_nextn if mm.n_layer_nextn > 1 else max(1, self._chain_test)
+        self.n_heads = self._head_count(mm)
         cdef int cap = target.n_batch + 1   # a whole target batch of catch-up plus a draft row
         self.head_ctxs = []
         for h in range(self.n_heads):
@@ -304,19 +287,17 @@ cdef class MtpDrafter(Drafter):
 
     # --- hooks ------------------------------------------------------------------------
 
-    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
-        Drafter.begin_c(self, seq, toks, n)
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
         self._check_bound(seq)
         self._forget(seq)
         return 0
 
-    cdef int reset_c(self, int seq) except -1:
-        Drafter.reset_c(self, seq)
+    cdef int _reset(self, int seq) except -1:
         if self.mtp_ctx is not None and 0 <= seq < <int>self.n_sync.size():
             self._forget(seq)
         return 0
 
-    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
+    cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         """Queue (x_p, h_{p-1}) for each committed token; keep h of the last one."""
         self._check_bound(seq)
         if n <= 0:
@@ -324,8 +305,7 @@ cdef class MtpDrafter(Drafter):
         if row0 < 0:
             raise ValueError("the mtp drafter needs the target's hidden rows: observe must name "
                              "the batch index (row0) of these tokens in the last target decode")
-        cdef int p0 = self.hist[seq].size()
-        Drafter.observe_c(self, seq, toks, n, row0)
+        cdef int p0 = <int>self.hist(seq).size() - n     # the history has these tokens already
         cdef Context t = self._target
         cdef int i = 0
         cdef const float * h
@@ -372,10 +352,9 @@ cdef class MtpDrafter(Drafter):
             z += exp(lg[j] - mx)
         return 1.0 / z >= self.p_min
 
-    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
-        out.clear()
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)
-        cdef int p0 = self.hist[seq].size()
+        cdef int p0 = self.hist(seq).size()
         if n_max <= 0:
             return 0
         if self.n_sync[seq] != p0:
@@ -391,7 +370,7 @@ cdef class MtpDrafter(Drafter):
         # the cap of this call may be shorter); more means rounds went by without drafts
         # (or a prompt came in): catch up on its own, so the draft steps' time stays a
         # measure of drafting for the adaptive policy
-        if self.batch.b.n_tokens > <int>self.n_sync.size() * (max(n_max, self._n_max_cfg) + 1):
+        if self.batch.b.n_tokens > <int>self.n_sync.size() * (max(n_max, self.n_max) + 1):
             t0 = _now()
             self._flush()
             self.t_sync = _now() - t0
@@ -437,7 +416,7 @@ cdef class MtpDrafter(Drafter):
     cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1:
         """Step i runs head i over (last, d_0..d_{i-1}) with rows (h_last, out_0..out_{i-1})."""
         cdef int E = self.n_embd, i, t
-        cdef int p0 = self.hist[seq].size()
+        cdef int p0 = self.hist(seq).size()
         cdef int n = min(n_max, self.n_heads)
         cdef Context c
         cdef const float * lg
@@ -485,5 +464,3 @@ cdef class MtpDrafter(Drafter):
         self._check_bound(seq)
         return self.n_sync[seq]
 
-
-register("mtp")(MtpDrafter)

@@ -16,7 +16,6 @@ from cython.operator cimport dereference as deref
 
 from .._core cimport Context
 from ._base cimport Drafter, Draft
-from .registry import register
 
 
 cdef inline uint64_t _mix(uint64_t h, int32_t t) noexcept nogil:
@@ -58,32 +57,28 @@ cdef class NgramDrafter(Drafter):
             self.index.append(ix)
         return <_SeqIndex> self.index[seq]
 
-    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
-        Drafter.begin_c(self, seq, toks, n)
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
         cdef _SeqIndex ix = self._idx(seq)
         cdef int k
         for k in range(self.n + 1):
             ix.maps[k].clear()
         ix.indexed = 0
-        self._index_upto(seq, ix)
         return 0
 
-    cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1:
-        Drafter.observe_c(self, seq, toks, n, row0)
+    cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         self._index_upto(seq, self._idx(seq))
         return 0
 
-    cdef int reset_c(self, int seq) except -1:
-        Drafter.reset_c(self, seq)
+    cdef int _reset(self, int seq) except -1:
         if seq < len(self.index):
             self.index[seq] = None
             self.index[seq] = _SeqIndex()
             (<_SeqIndex>self.index[seq]).maps.resize(self.n + 1)
         return 0
 
-    cdef void _index_upto(self, int seq, _SeqIndex ix) noexcept:
+    cdef int _index_upto(self, int seq, _SeqIndex ix) except -1:
         # every n-gram ending at hist[e - 1] maps to e (the token after it)
-        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef vector[int32_t] * h = self.hist(seq)
         cdef int total = h.size(), e, k, j
         cdef uint64_t key
         # e == total has no continuation yet: it is indexed once a token follows
@@ -98,13 +93,13 @@ cdef class NgramDrafter(Drafter):
                     ix.maps[k][key] = e
         if total - 1 > ix.indexed:
             ix.indexed = total - 1
+        return 0
 
-    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
-        out.clear()
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         if seq >= len(self.index) or n_max <= 0:
             return 0
         cdef _SeqIndex ix = <_SeqIndex> self.index[seq]
-        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef vector[int32_t] * h = self.hist(seq)
         cdef int total = h.size(), k, j, start = -1, i
         cdef uint64_t key = _mix(0, last)
         cdef unordered_map[uint64_t, int32_t].iterator it
@@ -132,5 +127,3 @@ cdef class NgramDrafter(Drafter):
             out.tokens.push_back(h[0][start + i])
         return 0
 
-
-register("ngram")(NgramDrafter)

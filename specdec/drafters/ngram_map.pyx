@@ -34,7 +34,6 @@ from libcpp.vector cimport vector
 from cython.operator cimport dereference as deref, preincrement as inc
 
 from ._base cimport Drafter, Draft
-from .registry import register
 
 
 cdef enum:
@@ -124,10 +123,9 @@ cdef class NgramMapDrafter(Drafter):
 
     # --- hooks ------------------------------------------------------------------------
 
-    cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
-        self._grow(seq)
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
         cdef _MapSeq st = self._seq(seq)
-        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef vector[int32_t] * h = self.hist(seq)
         cdef int p = 0, lim = min(<int>h.size(), n)
         while p < lim and h[0][p] == toks[p]:
             p += 1
@@ -135,23 +133,19 @@ cdef class NgramMapDrafter(Drafter):
         self._truncate(st, p - self.n - self.m - 1)
         st.size_last_begin = n
         st.has_last = False
-        Drafter.begin_c(self, seq, toks, n)
         return 0
 
-    cdef int reset_c(self, int seq) except -1:
-        Drafter.reset_c(self, seq)
+    cdef int _reset(self, int seq) except -1:
         if seq < len(self.seqs):
             self.seqs[seq] = _MapSeq()
         return 0
 
-    cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1:
-        out.clear()
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         if n_max <= 0:
             return 0
-        self._grow(seq)
         cdef _MapSeq st = self._seq(seq)
         st.has_last = False
-        cdef vector[int32_t] * h = &self.hist[seq]
+        cdef vector[int32_t] * h = self.hist(seq)
         cdef int L = h.size(), n = self.n, m = self.m, i
         if L < 2 * n + m:      # llama.cpp's minimum history
             return 0
@@ -194,7 +188,7 @@ cdef class NgramMapDrafter(Drafter):
         st.last_cut = k < cap
         return 0
 
-    cdef int accept_c(self, int seq, int n_accepted) except -1:
+    cdef int _accept(self, int seq, int n_accepted) except -1:
         if seq >= len(self.seqs):
             return 0
         cdef _MapSeq st = <_MapSeq> self.seqs[seq]
@@ -339,6 +333,3 @@ cdef class NgramMapK4VDrafter(NgramMapDrafter):
     def __init__(self, n=12, m=48, *, min_hits=1, name="ngram-map-k4v"):
         super().__init__(n, m, min_hits=min_hits, k4v=True, name=name)
 
-
-register("ngram-map")(NgramMapDrafter)
-register("ngram-map-k4v")(NgramMapK4VDrafter)
