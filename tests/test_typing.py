@@ -11,10 +11,14 @@ pytest.importorskip("mypy")
 ROOT = Path(__file__).resolve().parent.parent
 
 USER_SCRIPT = '''
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 import specdec
 from specdec import Decoder, Drafter, GenerationResult, Sampling, Stats, generate, register
+from specdec.config import SpecConfig
+from specdec.drafters import MtpDrafter, NgramDrafter, SuffixDrafter
 
 
 @register("typed-repeat")
@@ -25,9 +29,39 @@ class Repeat(Drafter):
         return [last_token] * n_max, [{last_token: 0.5}] * n_max
 
 
+class Echo(Drafter):
+    """Proposes what followed the previous occurrence of the last token, from the history view."""
+
+    def propose(self, seq: int, last_token: int, n_max: int) -> List[int]:
+        hist = self.history(seq)
+        where = np.flatnonzero(hist == last_token)
+        return [int(t) for t in hist[where[-1] + 1:][:n_max]] if len(where) else []
+
+
+class ShortNgram(NgramDrafter):
+    """A built-in with its Python propose honoured: the first token of its draft."""
+
+    def propose(self, seq: int, last_token: int, n_max: int) -> List[int]:
+        draft: List[int] = super().propose(seq, last_token, n_max)
+        return draft[:1]
+
+
+def contract(d: Drafter) -> Tuple[bool, int, bool, Optional[bytes]]:
+    d.configure(SpecConfig(n_max=4, p_min=0.2))
+    d.forget_text()
+    state = d.get_state()
+    d.set_state(state)
+    d.close()
+    return d.needs_mtp_hidden, d.rollback_depth, d.has_model, state
+
+
 def run(prompts: Sequence[str]) -> List[float]:
+    suffix = SuffixDrafter(32, min_prob=0.2)
+    suffix.add_corpus([[1, 2, 3]])
+    print(contract(suffix), contract(MtpDrafter("q8_0", p_min=0.5)), suffix.min_prob)
     rates: List[float] = []
-    with Decoder(specdec.default_model_path(), drafter=["typed-repeat", "ngram:3"], n_max=3,
+    with Decoder(specdec.default_model_path(), drafter=["typed-repeat", "ngram:3", Echo(),
+                                                         ShortNgram(3)], n_max=3,
                  adaptive=True) as dec:
         for p in prompts:
             res: GenerationResult = dec.generate(p, max_tokens=8, stop=["END"],
@@ -75,8 +109,11 @@ def wrong() -> None:
     r = specdec.generate("m.gguf", "x", max_tokens="many")
     r.stats.no_such_field
     specdec.Decoder("m.gguf").generate(42.0)
+    SuffixDrafter(max_depth="deep")
+    Echo().history(0).append(1)
 ''')
     p = _mypy(path)
     assert p.returncode == 1
-    for what in ('"max_tokens"', '"no_such_field"', '"generate" of "Decoder"'):
+    for what in ('"max_tokens"', '"no_such_field"', '"generate" of "Decoder"', '"SuffixDrafter"',
+                 '"append"'):
         assert what in p.stdout, p.stdout

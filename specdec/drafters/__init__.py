@@ -12,11 +12,21 @@ Write your own by subclassing :class:`Drafter` and overriding ``propose``::
 The built-in classes (``NgramDrafter``, ``SuffixDrafter``, ``MtpDrafter``...) are
 importable from here; each is loaded on first use, so ``import specdec`` loads none.
 """
-from typing import Any, List
+from typing import TYPE_CHECKING, Any, List
 
 from ._base import Draft, Drafter, DrafterError
 from .registry import (BUILTINS, ENTRY_POINT_GROUP, OVERRIDE_ENV, available, create, describe,
                        get, register, wrap)
+
+if TYPE_CHECKING:   # type checkers see the classes; at runtime __getattr__ loads them
+    from .draft_model import DraftModelDrafter as DraftModelDrafter
+    from .layerskip import LayerSkipDrafter as LayerSkipDrafter
+    from .mtp import MtpDrafter as MtpDrafter
+    from .ngram import NgramDrafter as NgramDrafter
+    from .ngram_cache import NgramCacheDrafter as NgramCacheDrafter
+    from .ngram_map import NgramMapDrafter as NgramMapDrafter
+    from .ngram_map import NgramMapK4VDrafter as NgramMapK4VDrafter
+    from .suffix import SuffixDrafter as SuffixDrafter
 
 _CLASSES = {b.cls: b.module for b in BUILTINS.values()}
 
