@@ -173,7 +173,8 @@ cdef class Controller:
         s.t_gen = 0.0
         for i in range(N_PARTS):
             s.t_part[i] = 0.0
-        if reuse:
+        # the memory must still be what ``mem`` says (a caller may have used the context)
+        if reuse and self.ctx.seq_pos_max(s.id) == <int>s.mem.size() - 1:
             while c < n and c < <int>s.mem.size() and s.mem[c] == toks[c]:
                 c += 1
             if c == n:

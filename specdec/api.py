@@ -240,9 +240,19 @@ class Decoder:
                            reuse=self.prefix_reuse, **r.join_args(i))
         return seqs
 
-    def _finish(self, seqs: List[int]) -> None:
+    def _finish(self, seqs: List[int], keep: bool = True) -> None:
+        """The requests leave their sequences; ``keep``: their KV for prefix reuse (not after
+        an error or an interrupt in a round, which may have left the memory mid-change)."""
         for i in seqs:
-            self._ctl.leave(i, keep=self.prefix_reuse)
+            self._ctl.leave(i, keep=keep and self.prefix_reuse)
+
+    def _run_all(self, seqs: List[int]) -> None:
+        try:
+            _run(self._ctl)
+        except BaseException:
+            self._finish(seqs, keep=False)
+            raise
+        self._finish(seqs)
 
     def _acquire(self) -> None:
         if self._closed:
@@ -276,11 +286,7 @@ class Decoder:
         alternatives too (``GenerationResult.logprobs``)."""
         self._acquire()
         try:
-            seqs = self._begin([prompt], max_tokens, sampling, stop, logprobs)
-            try:
-                _run(self._ctl)
-            finally:
-                self._finish(seqs)
+            self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs))
             return self._result()
         finally:
             self._lock.release()
@@ -293,10 +299,7 @@ class Decoder:
         self._acquire()
         try:
             seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs)
-            try:
-                _run(self._ctl)
-            finally:
-                self._finish(seqs)
+            self._run_all(seqs)
             return [self._result(i) for i in seqs]
         finally:
             self._lock.release()
@@ -355,10 +358,10 @@ class Stream:
         """Tokens generated so far (the first comes from the prompt pass)."""
         return len(self._ctl.tokens())
 
-    def _release(self) -> None:
+    def _release(self, keep: bool = True) -> None:
         if self.result is None:
             try:
-                self._decoder._finish([0])
+                self._decoder._finish([0], keep=keep)
                 self.result = self._decoder._result()
             finally:
                 self._decoder._lock.release()
@@ -386,7 +389,7 @@ class Stream:
         except StopIteration:
             raise
         except BaseException:
-            self._release()
+            self._release(keep=False)
             raise
 
     def pieces(self) -> Iterator[Piece]:
