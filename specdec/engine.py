@@ -295,11 +295,13 @@ class Engine:
         # reads its cells in the same order as when it runs alone (in a shared cache other
         # requests' rollbacks interleave them), and every sequence gets the same rows (the
         # ubatches split per stream), some padding rows past its draft: room for them.
+        # An MTP drafter's own context mirrors the target's per-sequence layout: streams too.
+        unified = not self.exact and needs_hidden_rows(loaded) is None
         slack = max(self.spec.n_max + 1, 2) if self.exact else 0
         self.ctx = make_context(self.model, loaded, self.spec, n_ctx=(n_ctx + slack) * n_slots,
                                 n_batch=n_batch, n_ubatch=None, n_threads=n_threads,
                                 n_seq_max=n_slots, exact=self.exact, lazy_logits=lazy_logits,
-                                kv_unified=not self.exact)
+                                kv_unified=unified)
         self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx)
         self.prefix_reuse = bool(prefix_reuse)
         self._default = self._chain(self._first_default(default_drafter))

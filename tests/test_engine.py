@@ -225,3 +225,37 @@ def test_gemma_concurrent_requests_equal_their_runs_alone(gemma_path):
     for r, a, t in zip(reqs, alone, together):
         assert (t.tokens, t.text) == (a.tokens, a.text), r
     assert sum(a.finish_reason == "stop" for a in alone) >= 2
+
+
+def test_mtp_and_draft_model_drafters_per_slot(bigram_tiny_path, tiny_dense_path):
+    """Drafters with a model of their own keep a sequence per slot: MTP (its context mirrors
+    the target's per-slot layout) and a draft model."""
+    from specdec.testing import bigram_successor
+    succ = bigram_successor(bigram_tiny_path)
+    walks = []
+    for start in (3, 40, 77):
+        w = [start]
+        for _ in range(30):
+            w.append(int(succ[w[-1]]))
+        walks.append(w)
+    with Engine(bigram_tiny_path, drafters=["mtp", "ngram"], n_slots=3, n_ctx=512, n_max=3) as eng:
+        alone = _alone(eng, [dict(prompt=w, max_tokens=40, drafter="mtp") for w in walks])
+        together = [h.result(60) for h in [eng.submit(w, max_tokens=40, drafter="mtp") for w in walks]]
+    assert [t.tokens for t in together] == [a.tokens for a in alone]
+    assert all(t.stats.accepted > 0 for t in together)
+    with Engine(tiny_dense_path, drafters={"draft": f"draft:{tiny_dense_path}"}, n_slots=4,
+                n_ctx=512, n_max=3, exact=True) as eng:
+        alone = _alone(eng, [dict(prompt=p, max_tokens=30) for p in PROMPTS[:4]])
+        together = [h.result(60) for h in [eng.submit(p, max_tokens=30) for p in PROMPTS[:4]]]
+    assert [t.tokens for t in together] == [a.tokens for a in alone]
+    assert all(t.stats.accepted > 0 for t in together)
+
+
+@pytest.mark.parametrize("path", ["tiny_mamba2_path", "tiny_qwen3next_path"])
+def test_recurrent_targets(request, path):
+    """Rollback by n_rs_seq snapshots (mamba2) and by checkpoints (qwen3next), per slot."""
+    path = request.getfixturevalue(path)
+    with Engine(path, drafters=["ngram"], n_slots=4, n_ctx=512, n_max=3) as eng:
+        alone = _alone(eng, [dict(prompt=p, max_tokens=30) for p in PROMPTS[:4]])
+        together = [h.result(60) for h in [eng.submit(p, max_tokens=30) for p in PROMPTS[:4]]]
+    assert [t.tokens for t in together] == [a.tokens for a in alone]
