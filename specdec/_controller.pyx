@@ -24,6 +24,9 @@ before a verify that holds drafts; on a partial accept it is restored, the
 attention KV trimmed, and ``last, d1..da, y`` decoded again (see ``_redecode``).
 
 Requests are validated by the API (``specdec._request``); below it, assertions.
+
+(Over 600 lines: one class, whose round and request lifecycle share the per-sequence state;
+verification, text output and the test hooks live in ``_verify``, ``_output``, ``_checks``.)
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libcpp.vector cimport vector

@@ -117,7 +117,7 @@ class Request:
                     stop=[x.encode("utf-8") for x in self.stops], logprobs=self.logprobs)
 
 
-def logprob_list(raw: Optional[list]) -> Optional[List[TokenLogprob]]:
+def logprob_list(raw: Optional[List[Any]]) -> Optional[List[TokenLogprob]]:
     if raw is None:
         return None
     return [TokenLogprob(lp, top) for lp, top in raw]

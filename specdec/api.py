@@ -319,7 +319,7 @@ class Decoder:
         return st
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
-             sampling: Union[Sampling, dict, str, None] = None,
+             sampling: SamplingSpec = None,
              stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
              **template_vars: Any) -> GenerationResult:
         """The assistant's reply to OpenAI-style ``messages``, rendered by the model's chat
@@ -330,7 +330,7 @@ class Decoder:
                              stop=stop_list(stop) + p.stop)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
-                    sampling: Union[Sampling, dict, str, None] = None,
+                    sampling: SamplingSpec = None,
                     stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
                     **template_vars: Any) -> "Stream":
         """:meth:`chat`, streamed: text pieces as they are accepted."""
