@@ -150,6 +150,16 @@ def test_load_errors_leave_the_cache_unchanged(ctx, tmp_path):
     bad.write_bytes(struct.pack("<4i", -1, 5, -1, -1) + struct.pack("<3i", 1, 3, 1))
     with pytest.raises(ValueError):
         d.load(bad)
+    # a cut inside a record's first int32 or inside a (token, count) pair
+    good = tmp_path / "good.bin"
+    write_cache(good, {(1, 2): {3: 1}})
+    for tail in (b"\x01", b"\x01\x00\x00", struct.pack("<5i", 1, 2, -1, -1, 1) + b"\x03\x00"):
+        bad.write_bytes(good.read_bytes() + tail)
+        with pytest.raises(ValueError, match="not a llama.cpp ngram-cache file"):
+            d.load(bad)
+    bad.write_bytes(b"\x01\x00")
+    with pytest.raises(ValueError, match="not a llama.cpp ngram-cache file"):
+        d.load(bad)
     assert d.stats() == before
     with pytest.raises(ValueError):
         create("ngram-cache").save()              # no path anywhere

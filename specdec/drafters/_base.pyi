@@ -8,11 +8,6 @@ from ..config import SpecConfig
 
 class DrafterError(RuntimeError): ...
 
-#: what ``propose`` may return: tokens, or tokens with one draft distribution per token
-Proposal = Union[Sequence[int], npt.NDArray[np.integer[Any]],
-                 Tuple[Sequence[int], Sequence[Union[Dict[int, float], Sequence[float],
-                                                     npt.NDArray[np.floating[Any]]]]]]
-
 class Draft:
     def __init__(self) -> None: ...
     @property
