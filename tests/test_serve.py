@@ -479,3 +479,6 @@ def test_benchmark_client(ending):
     s = res.summary()
     assert (s["requests"], s["errors"], s["tokens"]) == (4, 0, 20), res.errors
     assert s["ttft_ms"]["p50"] > 0 and s["itl_ms"]["p50"] >= 0 and s["tokens_per_s"] > 0
+    both = res.merge(res).summary()     # two passes: twice the tokens in twice the time
+    assert (both["requests"], both["tokens"]) == (8, 40)
+    assert both["tokens_per_s"] == pytest.approx(s["tokens_per_s"])

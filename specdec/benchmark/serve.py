@@ -2,7 +2,8 @@
 
 Both servers run the same model with the same threads, ``--slots`` / ``-np`` equal to the
 concurrency, and take the same greedy streaming completions of the grounded prompts (code,
-repeat, records: text a lookup drafter can copy) from :mod:`serve_load`'s client. specdec runs
+repeat, records: text a lookup drafter can copy) from :mod:`serve_load`'s client; at each
+concurrency all servers are up at once and take turns, so they share the machine's load. specdec runs
 plain and with each of its lookup drafters, llama-server without speculation and with each
 n-gram mode; the report gives each concurrency's aggregate tokens/s, TTFT and ITL percentiles,
 and the ratios the issue tracks: specdec's best drafter over llama-server's best n-gram mode,
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import prompts as prompt_sets
-from .serve_load import run_load
+from .serve_load import LoadResult, Sample, run_load
 
 CONCURRENCY = (1, 4, 8)
 #: specdec's drafters measured (its best counts), and llama-server's n-gram modes
@@ -31,6 +32,8 @@ SPECDEC_DRAFTERS = ("ngram", "ngram-map", "suffix")
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 N_MAX = 8
 N_CTX = 4096      # per slot
+#: the drafter of the HTTP-streaming-overhead check at concurrency 1
+HTTP_VS_DECODER = "ngram"
 
 
 def grounded_prompts() -> List[str]:
@@ -98,61 +101,81 @@ def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
     return argv
 
 
-def _measure(argv: Callable[[int, int], List[str]], prompts: Sequence[str], n_gen: int,
-             log: Path, reps: int) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for c in CONCURRENCY:
-        port = free_port()
-        server = ServerProcess(argv(port, c), port, log)
-        try:
-            run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)     # warm-up
-            res = run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=n_gen,
-                           n_requests=max(reps * c, len(prompts)))
-        finally:
-            server.stop()
-        out[str(c)] = res.summary()
-        if res.errors:
-            out[str(c)]["error_samples"] = res.errors[:3]
-    return out
-
-
-def _in_process(model: str, prompts: Sequence[str], n_gen: int, drafter: Optional[str],
-                threads: int) -> float:
-    """Aggregate tokens/s of the same requests through ``Decoder.generate``, one at a time."""
-    from ..api import Decoder
-
-    with Decoder(model, drafter=drafter, n_max=N_MAX, n_ctx=N_CTX, n_threads=threads) as dec:
-        dec.generate(prompts[0], max_tokens=8)
-        n, t0 = 0, time.perf_counter()
-        for p in prompts:
-            n += dec.generate(p, max_tokens=n_gen).stats.n_generated
-        return n / (time.perf_counter() - t0)
+def _decoder_pass(dec: Any, prompts: Sequence[str], n_gen: int) -> LoadResult:
+    """The requests of one load pass through ``Decoder.generate``, one at a time."""
+    res = LoadResult(concurrency=1, wall_s=0.0)
+    t0 = time.perf_counter()
+    for p in prompts:
+        st = dec.generate(p, max_tokens=n_gen).stats
+        res.samples.append(Sample(ttft_s=st.t_prompt_s, gaps_s=[], n_tokens=st.n_generated,
+                                  latency_s=st.t_prompt_s + st.t_generate_s))
+    res.wall_s = time.perf_counter() - t0
+    return res
 
 
 def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
         log: Callable[[str], None] = print) -> Dict[str, Any]:
-    """Measure everything; returns the results (also written to ``out_dir/serve.json``)."""
+    """Measure everything; returns the results (also written to ``out_dir/serve.json``).
+
+    At each concurrency every server is started, warmed up, and then the servers take
+    turns, ``reps`` load passes each in rotating order, so that they share the machine's
+    ups and downs; idle servers use no CPU. At concurrency 1 the same passes also run
+    through ``Decoder.generate`` in this process (drafter ``HTTP_VS_DECODER``).
+    """
+    from ..api import Decoder
     from ..models import default_model_path
     from .llama_tools import ensure_tools
 
     model = str(default_model_path())
     prompts = grounded_prompts()
+    binary = ensure_tools(("llama-server",))["llama-server"]
     out_dir.mkdir(parents=True, exist_ok=True)
     logf = out_dir / "servers.log"
-    results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
-                               "n_max": N_MAX, "concurrency": list(CONCURRENCY), "rows": {}}
-    rows = results["rows"]
+    argvs: Dict[str, Callable[[int, int], List[str]]] = {}
     for d in (None,) + SPECDEC_DRAFTERS:
-        name = f"specdec {d or 'plain'}"
-        log(f"serve bench: {name}")
-        rows[name] = _measure(functools.partial(_specdec_argv, model, drafter=d,
-                                                threads=threads), prompts, n_gen, logf, reps)
-    binary = ensure_tools(("llama-server",))["llama-server"]
+        argvs[f"specdec {d or 'plain'}"] = functools.partial(_specdec_argv, model, drafter=d,
+                                                             threads=threads)
     for t in (None,) + LLAMA_SPEC_TYPES:
-        name = f"llama-server {t or 'plain'}"
-        log(f"serve bench: {name}")
-        rows[name] = _measure(functools.partial(_llama_argv, binary, model, spec_type=t,
-                                                threads=threads), prompts, n_gen, logf, reps)
+        argvs[f"llama-server {t or 'plain'}"] = functools.partial(
+            _llama_argv, binary, model, spec_type=t, threads=threads)
+    rows: Dict[str, Dict[str, Any]] = {name: {} for name in argvs}
+    direct = f"Decoder.generate {HTTP_VS_DECODER}"
+    for c in CONCURRENCY:
+        log(f"serve bench: concurrency {c}: starting {len(argvs)} servers")
+        servers: Dict[str, ServerProcess] = {}
+        dec = None
+        try:
+            for name, argv in argvs.items():
+                port = free_port()
+                servers[name] = ServerProcess(argv(port, c), port, logf)
+                run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)  # warm-up
+            if c == 1:
+                dec = Decoder(model, drafter=HTTP_VS_DECODER, n_max=N_MAX, n_ctx=N_CTX,
+                              n_threads=threads)
+                dec.generate(prompts[0], max_tokens=8)
+            merged: Dict[str, LoadResult] = {}
+            names = list(servers) + ([direct] if dec is not None else [])
+            for rep in range(reps):
+                for name in names[rep % len(names):] + names[:rep % len(names)]:
+                    log(f"serve bench: concurrency {c}, pass {rep + 1}/{reps}: {name}")
+                    if name == direct:
+                        res = _decoder_pass(dec, prompts, n_gen)
+                    else:
+                        res = run_load("127.0.0.1", servers[name].port, prompts, concurrency=c,
+                                       n_gen=n_gen, n_requests=max(c, len(prompts)))
+                    merged[name] = merged[name].merge(res) if name in merged else res
+        finally:
+            for srv in servers.values():
+                srv.stop()
+            if dec is not None:
+                dec.close()
+        for name, res in merged.items():
+            rows.setdefault(name, {})[str(c)] = res.summary()
+            if res.errors:
+                rows[name][str(c)]["error_samples"] = res.errors[:3]
+    results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
+                               "n_max": N_MAX, "reps": reps, "concurrency": list(CONCURRENCY),
+                               "rows": rows}
     best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS])
     best_llama = _best(rows, [f"llama-server {t}" for t in LLAMA_SPEC_TYPES])
     results["ratios"] = {c: {
@@ -160,10 +183,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
         "best_specdec": best_specdec[c], "best_llama_server": best_llama[c],
         "plain": _ratio(rows, "specdec plain", "llama-server plain", c)}
         for c in map(str, CONCURRENCY)}
-    d1 = best_specdec["1"].split(" ", 1)[1]
-    direct = _in_process(model, prompts, n_gen, d1, threads)
-    results["http_vs_decoder_c1"] = {"drafter": d1, "decoder_tok_s": direct,
-                                     "ratio": rows[best_specdec["1"]]["1"]["tokens_per_s"] / direct}
+    results["http_vs_decoder_c1"] = {
+        "drafter": HTTP_VS_DECODER, "decoder_tok_s": rows[direct]["1"]["tokens_per_s"],
+        "ratio": _ratio(rows, f"specdec {HTTP_VS_DECODER}", direct, "1")}
     (out_dir / "serve.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
 
@@ -199,5 +221,6 @@ def markdown(results: Dict[str, Any]) -> str:
         lines.append(f"| {c} | {bs} ({r['best_specdec']} / {r['best_llama_server']}) | {pl} |")
     h = results["http_vs_decoder_c1"]
     lines += ["", f"HTTP streaming at concurrency 1 ({h['drafter']}): {h['ratio']:.2f}x the "
-              f"tok/s of Decoder.generate in-process ({h['decoder_tok_s']:.1f} tok/s)."]
+              f"tok/s of the same requests through Decoder.generate in-process "
+              f"({h['decoder_tok_s']:.1f} tok/s)."]
     return "\n".join(lines) + "\n"

@@ -34,6 +34,11 @@ class LoadResult:
     samples: List[Sample] = field(default_factory=list)
     errors: List[str] = field(default_factory=list)
 
+    def merge(self, other: "LoadResult") -> "LoadResult":
+        """Two passes as one: their samples and errors, their wall times added."""
+        return LoadResult(self.concurrency, self.wall_s + other.wall_s,
+                          self.samples + other.samples, self.errors + other.errors)
+
     @property
     def tokens_per_s(self) -> float:
         return sum(s.n_tokens for s in self.samples) / self.wall_s if self.wall_s else 0.0
