@@ -42,7 +42,8 @@ def load_model(model: Union[Model, PathLike], specs: List[DrafterSpec], *, exact
             raise ValueError("placement options (n_gpu_layers, rpc_servers, ...) apply when "
                              "the Decoder loads the model: pass them to Model(...) instead")
         return model
-    wants_mtp = any(isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
+    wants_mtp = any(s.needs_mtp_hidden if isinstance(s, Drafter)
+                    else isinstance(s, str) and s.split(":", 1)[0] == "mtp" for s in specs)
     return Model(model, load_mtp=wants_mtp if load_mtp is None else load_mtp,
                  use_extra_bufts=not exact, check=model_check, **placement.options())
 

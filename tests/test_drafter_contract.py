@@ -329,3 +329,19 @@ def test_drafter_modules_import_no_api_layer_and_no_registry(path):
         assert not mod.startswith("specdec."), f"{path.name}: import {mod} relatively"
         if path.name not in ("__init__.py", "registry.py", "guard.py"):
             assert mod != ".registry", f"{path.name} imports the registry (registration by import)"
+
+
+def test_guarded_override_of_mtp_reads_the_target_rows(bigram_tiny_path):
+    """A guarded (deadline) Python override of a built-in keeps what the built-in needs from
+    the target: the MTP head's observe gets the batch rows of the hidden states."""
+    from specdec.drafters.mtp import MtpDrafter
+
+    class Amended(MtpDrafter):
+        def propose(self, seq, last_token, n_max):
+            return super().propose(seq, last_token, n_max)
+
+    plain = Decoder(bigram_tiny_path, n_ctx=256).generate([1, 2, 3], max_tokens=24)
+    dec = Decoder(bigram_tiny_path, drafter=Amended(), n_max=3, n_ctx=256, drafter_timeout=30.0)
+    assert isinstance(dec.drafters[0], GuardedDrafter) and dec.ctx.nextn == "dense"
+    res = dec.generate([1, 2, 3], max_tokens=24)
+    assert res.tokens == plain.tokens and res.stats.accepted > 0

@@ -70,7 +70,7 @@ def register(name: str, *, replace: bool = False) -> Callable[[F], F]:
         raise ValueError(f"drafter names are non-empty strings without ':', got {name!r}")
 
     def deco(factory: F) -> F:
-        if name in BUILTINS and factory.__module__ != f"{__package__}.{BUILTINS[name].module}":
+        if name in BUILTINS:          # built-ins are declared above, never registered
             if not replace:
                 raise ValueError(f"{name!r} is a built-in drafter; pick another name, or "
                                  f"register({name!r}, replace=True) to replace it")
