@@ -259,3 +259,56 @@ def test_recurrent_targets(request, path):
         alone = _alone(eng, [dict(prompt=p, max_tokens=30) for p in PROMPTS[:4]])
         together = [h.result(60) for h in [eng.submit(p, max_tokens=30) for p in PROMPTS[:4]]]
     assert [t.tokens for t in together] == [a.tokens for a in alone]
+
+
+def test_many_threads_submit_cancel_and_abandon(tiny_dense_path):
+    """16 threads, each submitting requests with random options, some cancelled, some
+    abandoned mid-stream, some timed out: every request ends, no slot or KV stays taken."""
+    import random
+    import threading
+
+    errors = []
+
+    def client(eng, seed):
+        rnd = random.Random(seed)
+        try:
+            for _ in range(6):
+                p = rnd.choice(PROMPTS)
+                h = eng.submit(p, max_tokens=rnd.randint(1, 80), drafter=rnd.choice(DRAFTERS),
+                               n_max=rnd.randint(0, 4), logprobs=rnd.choice([None, 0, 2]),
+                               sampling=rnd.choice([None, Sampling(temperature=0.7, seed=seed)]),
+                               stop=rnd.choice([[], ["a"], ["1f", "00"]]),
+                               timeout=rnd.choice([None, None, 0.01]))
+                what = rnd.random()
+                if what < 0.25:
+                    h.cancel()
+                    assert h.result(60).finish_reason in ("cancelled", "length", "stop", "eos",
+                                                          "timeout")
+                elif what < 0.5:
+                    for _ in h:         # abandoned after one piece
+                        break
+                    del h
+                else:
+                    res = h.result(60)
+                    assert len(res.tokens) <= 80
+        except Exception as e:          # reported by the main thread
+            errors.append(e)
+
+    with Engine(tiny_dense_path, drafters=["ngram", "suffix", "ngram-map"], n_slots=5,
+                n_ctx=512, n_max=4) as eng:
+        threads = [threading.Thread(target=client, args=(eng, i)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        gc.collect()
+        _idle(eng)
+        assert not errors, errors
+        st = eng.stats()
+        assert st["requests"] == 16 * 6 and st["failed"] == 0
+        for slot in range(eng.n_slots):
+            assert not eng._ctl.is_active(slot)
+        # the engine still answers, as a fresh one would
+        ref = eng.submit(PROMPTS[0], max_tokens=20, drafter="plain").result(30).tokens
+    with Engine(tiny_dense_path, n_slots=1, n_ctx=512) as fresh:
+        assert fresh.submit(PROMPTS[0], max_tokens=20).result(30).tokens == ref
