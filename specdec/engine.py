@@ -9,8 +9,9 @@ thread (llama.cpp's decode releases the GIL); callers submit from any thread
 Each request has its own sampling, ``max_tokens``, stop strings, logprobs, drafter (one
 of those the engine loaded, or none) and draft length. The engine's drafters are shared
 objects: per-request state is kept per slot, and what a drafter learns across requests
-is shared by every request that uses it: the suffix drafter's corpus and the n-gram
-cache's dynamic cache grow with every finished request, whichever slot it ran on.
+is shared by every request that uses it: a finished request's text joins the suffix
+drafter's corpus and the n-gram cache's dynamic cache (when its slot begins its next
+request), and helps every later request, whichever slot it runs on.
 
 A finished request's slot keeps its KV: a later request whose prompt starts with the
 same tokens (the previous turn of a chat, a shared system prompt) takes that slot and
