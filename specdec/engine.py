@@ -21,10 +21,12 @@ garbage-collected) leaves at the next round and frees its slot and its KV.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import logging
 import threading
 import time
+import weakref
 from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ._controller import Controller, new_policy
@@ -48,6 +50,17 @@ PLAIN = "plain"
 
 class EngineClosed(RuntimeError):
     """The engine was closed: it takes no more requests."""
+
+
+#: engines whose worker may still run: closed at exit, before the interpreter tears down what
+#: a worker in the middle of a round still uses
+_live: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for eng in list(_live):
+        eng.close()
 
 
 class Engine:
@@ -162,6 +175,7 @@ class Engine:
         self._accepted_at: List[int] = []
         self._worker = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
         self._worker.start()
+        _live.add(self)
 
     def _first_default(self, default: Union[str, Sequence[str], None]) -> Union[str, Sequence[str]]:
         if default is not None:
