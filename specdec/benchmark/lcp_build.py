@@ -1,4 +1,5 @@
-"""Build llama-cpp-python 0.3.36 from its sdist into a private venv, for the peer benchmark.
+"""Build llama-cpp-python (the sdist pinned in ``_build_facts``) into a private venv, for the
+peer benchmark.
 
 llama-cpp-python bundles the same llama.cpp commit specdec links; built from source
 with specdec's CPU flags (native, AMX masked out: these VMs report AMX but fault on

@@ -3,7 +3,7 @@
 - llama.cpp's tools from the pinned tree (``llama_tools``): ``llama-bench`` for plain
   decoding, ``llama-speculative-simple`` for its n-gram, draft-model and MTP modes
   (``llama_tools.run_spec_simple``);
-- llama-cpp-python 0.3.36 built from its sdist into a private venv (``lcp_build``),
+- llama-cpp-python built from its pinned sdist into a private venv (``lcp_build``),
   driven through ``lcp_worker.py``: plain, ``LlamaPromptLookupDecoding`` and a
   ``LlamaDraftModel`` adapter around a second GGUF.
 
