@@ -24,10 +24,10 @@ class NeverRight(specdec.Drafter):
 
     def __init__(self, n_vocab: int) -> None:
         super().__init__("never-right")
-        self.n_vocab = n_vocab
+        self.vocab = n_vocab
 
     def propose(self, seq: int, last_token: int, n_max: int) -> List[int]:
-        return [(last_token + 1 + i) % self.n_vocab for i in range(n_max)]
+        return [(last_token + 1 + i) % self.vocab for i in range(n_max)]
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +35,7 @@ def mamba2():
     return specdec.Model(str(synthetic.mid_mamba2()))
 
 
-@pytest.mark.parametrize("adaptive,requests", [(True, 6), (False, 2)],
+@pytest.mark.parametrize("adaptive,requests", [(True, 10), (False, 2)],
                          ids=["adaptive", f"fixed-n{N_MAX}"])
 def test_never_right_drafter(benchmark, mamba2, adaptive, requests):
     n_vocab = synthetic.MID_MAMBA2.n_vocab
