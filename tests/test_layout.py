@@ -91,18 +91,20 @@ def test_import_specdec_loads_no_tooling():
     assert not [m for m in loaded if m.startswith(TOOLING)], loaded
 
 
-# a finder that makes the tooling packages absent, as in an install without them
+# a finder that makes the tooling packages and the optional extras absent, as in a plain
+# `pip install specdec` without them
 _BLOCK = """
 import sys
 class Absent:
     def find_spec(self, name, path=None, target=None):
-        if name.startswith(("specdec.benchmark", "specdec.testing")):
+        if name.startswith(("specdec.benchmark", "specdec.testing", "starlette", "uvicorn",
+                            "prometheus_client", "jinja2", "matplotlib")):
             raise ImportError(f"{name} is not installed")
 sys.meta_path.insert(0, Absent())
 """
 
 
-def test_runtime_works_without_tooling(tiny_dense_path):
+def test_runtime_works_without_tooling_or_extras(tiny_dense_path):
     code = _BLOCK + f"""
 import specdec, specdec.cli
 for drafter in ("ngram", "suffix"):
