@@ -16,7 +16,6 @@ from ._core import (
     TargetView,
     backends,
     devices,
-    mtp_available,
     system_info,
 )
 from ._gguf_check import GGUFError
@@ -35,6 +34,6 @@ __all__ = [
     "Decoder", "Engine", "EngineClosed", "Piece", "RequestHandle", "TokenLogprob",
     "Drafter", "DrafterError", "GGUFError", "GenerationResult", "LlamaAbortError", "Model",
     "ModelNotAvailable", "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView",
-    "backends", "check_model", "default_model_path", "devices", "generate", "mtp_available",
-    "register", "stream", "system_info",
+    "backends", "check_model", "default_model_path", "devices", "generate", "register",
+    "stream", "system_info",
 ]

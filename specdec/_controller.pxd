@@ -62,8 +62,8 @@ cdef class Controller:
     cdef readonly int n_ctx_seq
     cdef bint exact
     cdef bint pad_equal      # exact mode on attention-only targets: equal rows per sequence
-    cdef int rs_cap          # max rollback per round (n_rs_seq), -1 unlimited
-    cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rs_seq)
+    cdef int rs_cap          # max rollback per round (n_rollback), -1 unlimited
+    cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rollback)
     cdef uint32_t ckpt_flags
     cdef Verifier verifier
     cdef Clock clock

@@ -77,23 +77,23 @@ cdef class Controller:
                 raise TypeError(f"drafters must be specdec Drafter instances, got {type(d).__name__}")
         if not self.drafters:
             n_max = 0
-        # recurrent/hybrid archs without n_rs_seq snapshots: checkpoints, whatever the depth
+        # recurrent/hybrid archs without rollback snapshots: checkpoints, whatever the depth
         self.ckpt = not self.model.supports_partial_rollback
         # only the recurrent part (hybrids trim their attention KV with seq_rm)
         self.ckpt_flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         recurrent = self.model.is_recurrent or self.model.is_hybrid
         rs_snapshots = recurrent and not self.ckpt
-        self.rs_cap = ctx.n_rs_seq if rs_snapshots else -1
-        if rs_snapshots and n_max > 0 and ctx.n_rs_seq < n_max:
-            raise ValueError(f"n_rs_seq={ctx.n_rs_seq} of the target context is too small for "
-                             f"drafts of {n_max} tokens: create it with n_rs_seq >= n_max")
+        self.rs_cap = ctx.n_rollback if rs_snapshots else -1
+        if rs_snapshots and n_max > 0 and ctx.n_rollback < n_max:
+            raise ValueError(f"n_rollback={ctx.n_rollback} of the target context is too small "
+                             f"for drafts of {n_max} tokens: create it with n_rollback >= n_max")
         if n_max + 1 > ctx.n_batch:
             raise ValueError(f"n_max={n_max} needs n_batch >= {n_max + 1} (have {ctx.n_batch})")
         if exact and not ctx.batch_invariant:
             raise ValueError("exact mode needs a batch-invariant target context: "
                              "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
-        if exact and rs_snapshots and ctx.n_rs_seq < 1:
-            raise ValueError("exact mode on a recurrent/hybrid target needs n_rs_seq >= 1")
+        if exact and rs_snapshots and ctx.n_rollback < 1:
+            raise ValueError("exact mode on a recurrent/hybrid target needs n_rollback >= 1")
         self.exact = exact
         self.pad_equal = exact and not recurrent
         self.n_ctx_seq = min(n_ctx_seq, ctx.n_ctx_seq) if n_ctx_seq > 0 else ctx.n_ctx_seq

@@ -22,7 +22,7 @@ cdef class Model:
     cdef readonly int n_embd
     cdef readonly int n_embd_out
     cdef readonly int n_layer
-    cdef readonly int n_layer_nextn
+    cdef readonly int n_mtp_layers     # llama.cpp: n_layer_nextn
     cdef readonly bint mtp_loaded
     cdef readonly bint is_recurrent
     cdef readonly bint is_hybrid
@@ -33,7 +33,6 @@ cdef class Model:
     cdef double _timeout             # seconds a remote call may take (0: no limit)
     cdef object _dead                # why an RPC failure made the model unusable, or None
     cdef vector[ggml_backend_dev_t] _devs
-    cdef int _n_contexts
     cdef object __weakref__
 
     cdef vector[ggml_backend_dev_t] _devices(self, plc) except *
@@ -68,17 +67,18 @@ cdef class Context:
     cdef readonly int n_batch
     cdef readonly int n_ubatch
     cdef readonly int n_seq_max
-    cdef readonly int n_rs_seq
+    cdef readonly int n_rollback       # llama.cpp: n_rs_seq, recurrent snapshots per sequence
     cdef readonly int n_threads
     cdef readonly bint is_mtp
     cdef readonly int n_vocab
     cdef readonly bint batch_invariant   # exact mode's kernels (see _batch_invariant.h)
-    cdef int _nextn             # 0 off, 1 masked, 2 dense
+    cdef int _mtp_hidden        # hidden states for MTP (llama.cpp: nextn): 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens
-    cdef vector[int32_t] _rs_budget  # per seq: how far the last decode can still be rolled back
-    cdef bint _needs_rs_guard
-    cdef bint _rs_trim          # decode graphs write only the snapshots a batch can roll back
+    cdef vector[int32_t] _rollback_budget  # per seq: how far the last decode can still be rolled back
+    cdef vector[int32_t] _seq_ntok         # per seq: tokens in the batch being decoded
+    cdef bint _needs_rollback_guard
+    cdef bint _rollback_trim    # decode graphs write only the snapshots a batch can roll back
     cdef int _busy
     cdef sd_stop_flag _stop     # what llama.cpp's abort callback reads (interrupt(), Ctrl-C)
     cdef int _n_outputs_max     # output rows a decode may ask for (llama.cpp asserts it)
@@ -98,10 +98,11 @@ cdef class Context:
     cdef int _check_abort(self, str what) except -1
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1
+    cdef int _check_batch(self, Batch batch) except -1
     cdef int decode_c(self, Batch batch) except -1
     cdef float * logits_c(self, int i) noexcept nogil
     cdef void prepare_logits_c(self, int i0, int n) noexcept nogil
-    cdef float * nextn_c(self, int i) noexcept nogil
+    cdef float * mtp_hidden_c(self, int i) noexcept nogil
     cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1

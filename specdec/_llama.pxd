@@ -8,7 +8,6 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t, uint64_t, uint8_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
-from libcpp.string cimport string
 
 cdef extern from "ggml.h" nogil:
     enum ggml_log_level:
@@ -23,8 +22,6 @@ cdef extern from "ggml.h" nogil:
     struct ggml_tensor:
         pass
     ctypedef cbool (*ggml_backend_sched_eval_callback)(ggml_tensor * t, cbool ask, void * user_data) noexcept nogil
-    ctypedef void (*ggml_abort_callback_t)(const char * error_message) noexcept nogil
-    ggml_abort_callback_t ggml_set_abort_callback(ggml_abort_callback_t callback)
 
 cdef extern from "ggml-backend.h" nogil:
     struct ggml_backend_device:
@@ -50,7 +47,6 @@ cdef extern from "ggml-backend.h" nogil:
     void * ggml_backend_reg_get_proc_address(ggml_backend_reg_t reg, const char * name)
     size_t ggml_backend_reg_count()
     ggml_backend_reg_t ggml_backend_reg_get(size_t index)
-    ggml_backend_reg_t ggml_backend_reg_by_name(const char * name)
     size_t ggml_backend_dev_count()
     ggml_backend_dev_t ggml_backend_dev_get(size_t index)
     ggml_backend_dev_t ggml_backend_dev_by_name(const char * name)
@@ -192,12 +188,9 @@ cdef extern from "llama.h" nogil:
                                       int32_t length) except +
     int32_t llama_chat_builtin_templates(const char ** output, size_t len)
     size_t llama_max_devices()
-    cbool llama_supports_gpu_offload()
     cbool llama_supports_rpc()
 
-    llama_model * llama_model_load_from_file(const char * path_model, llama_model_params params)
     void llama_model_free(llama_model * model)
-    llama_context * llama_init_from_model(llama_model * model, llama_context_params params)
     void llama_free(llama_context * ctx)
 
     uint32_t llama_n_ctx(const llama_context * ctx)
@@ -215,7 +208,6 @@ cdef extern from "llama.h" nogil:
     int32_t llama_model_n_embd_out(const llama_model * model)
     int32_t llama_model_n_layer(const llama_model * model)
     int32_t llama_model_n_layer_nextn(const llama_model * model)
-    int32_t llama_model_n_head(const llama_model * model)
     int32_t llama_model_n_swa(const llama_model * model)
     int32_t llama_model_meta_val_str(const llama_model * model, const char * key, char * buf, size_t buf_size)
     int32_t llama_model_desc(const llama_model * model, char * buf, size_t buf_size)
@@ -223,54 +215,31 @@ cdef extern from "llama.h" nogil:
     uint64_t llama_model_n_params(const llama_model * model)
     const char * llama_model_chat_template(const llama_model * model, const char * name)
     cbool llama_model_has_encoder(const llama_model * model)
-    cbool llama_model_has_decoder(const llama_model * model)
     cbool llama_model_is_recurrent(const llama_model * model)
     cbool llama_model_is_hybrid(const llama_model * model)
 
     int llama_vocab_type_of "llama_vocab_type" (const llama_vocab * vocab)
     int32_t llama_vocab_n_tokens(const llama_vocab * vocab)
     const char * llama_vocab_get_text(const llama_vocab * vocab, llama_token token)
-    float llama_vocab_get_score(const llama_vocab * vocab, llama_token token)
-    int llama_vocab_get_attr(const llama_vocab * vocab, llama_token token)
     cbool llama_vocab_is_eog(const llama_vocab * vocab, llama_token token)
     cbool llama_vocab_is_control(const llama_vocab * vocab, llama_token token)
     llama_token llama_vocab_bos(const llama_vocab * vocab)
     llama_token llama_vocab_eos(const llama_vocab * vocab)
     llama_token llama_vocab_eot(const llama_vocab * vocab)
     llama_token llama_vocab_nl(const llama_vocab * vocab)
-    llama_token llama_vocab_pad(const llama_vocab * vocab)
     llama_token llama_vocab_sep(const llama_vocab * vocab)
     cbool llama_vocab_get_add_bos(const llama_vocab * vocab)
     cbool llama_vocab_get_add_eos(const llama_vocab * vocab)
 
-    int32_t llama_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
-                           llama_token * tokens, int32_t n_tokens_max,
-                           cbool add_special, cbool parse_special)
-    int32_t llama_token_to_piece(const llama_vocab * vocab, llama_token token, char * buf,
-                                 int32_t length, int32_t lstrip, cbool special)
-    int32_t llama_detokenize(const llama_vocab * vocab, const llama_token * tokens, int32_t n_tokens,
-                             char * text, int32_t text_len_max, cbool remove_special, cbool unparse_special)
 
-    void llama_memory_clear(llama_memory_t mem, cbool data)
-    cbool llama_memory_seq_rm(llama_memory_t mem, llama_seq_id seq_id, llama_pos p0, llama_pos p1)
-    void llama_memory_seq_cp(llama_memory_t mem, llama_seq_id src, llama_seq_id dst, llama_pos p0, llama_pos p1)
-    void llama_memory_seq_keep(llama_memory_t mem, llama_seq_id seq_id)
     llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id)
     llama_pos llama_memory_seq_pos_max(llama_memory_t mem, llama_seq_id seq_id)
-    cbool llama_memory_can_shift(llama_memory_t mem)
 
-    size_t llama_state_seq_get_size_ext(llama_context * ctx, llama_seq_id seq_id, llama_state_seq_flags flags)
-    size_t llama_state_seq_get_data_ext(llama_context * ctx, uint8_t * dst, size_t size,
-                                        llama_seq_id seq_id, llama_state_seq_flags flags)
-    size_t llama_state_seq_set_data_ext(llama_context * ctx, const uint8_t * src, size_t size,
-                                        llama_seq_id dest_seq_id, llama_state_seq_flags flags)
 
     llama_batch llama_batch_init(int32_t n_tokens, int32_t embd, int32_t n_seq_max)
     void llama_batch_free(llama_batch batch)
     int32_t llama_decode(llama_context * ctx, llama_batch batch)
     void llama_set_n_threads(llama_context * ctx, int32_t n_threads, int32_t n_threads_batch)
-    void llama_set_abort_callback(llama_context * ctx, ggml_abort_callback abort_callback, void * data)
-    void llama_synchronize(llama_context * ctx)
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
 
     llama_perf_context_data llama_perf_context(const llama_context * ctx)
@@ -347,7 +316,6 @@ cdef extern from "_lm_head.h" nogil:
 cdef extern from "_remote.h" nogil:
     # calls that may talk to an RPC server, safe against a dead one (see _remote.h)
     int SD_REMOTE_OK, SD_REMOTE_ABORTED, SD_REMOTE_TIMEOUT, SD_REMOTE_EXCEPTION
-    void sd_remote_park(const char * msg)
     int sd_remote_load(const char * path, llama_model_params p, llama_model ** out,
                        double timeout_s, string & why)
     int sd_remote_init(llama_model * model, llama_context_params p, llama_context ** out,
@@ -375,6 +343,5 @@ cdef extern from "_interrupt.h" nogil:
         unsigned long since
     unsigned long sd_sigint_watch_begin()
     void sd_sigint_watch_end()
-    unsigned long sd_sigint_seen()
     void sd_sigint_note()
     cbool sd_stop_now(const sd_stop_flag * f)

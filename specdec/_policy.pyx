@@ -91,7 +91,7 @@ cdef inline void _ema_ref(vector[double] & t, vector[double] & ref, vector[doubl
 
 cdef class DraftPolicy:
 
-    def __init__(self, int n_max, float p_min=0.0, bint adaptive=False):
+    def __init__(self, int n_max, bint adaptive=False):
         self.n_max = n_max
         self.adaptive = adaptive
         self.t_verify = vector[double](n_max + 1, 0.0)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 from typing import Any, List, Optional, Sequence, Union
 
-from ._core import LAZY_NEXTN_ARCHS, Context, Model, TargetView
+from ._archs import LAZY_MTP_ARCHS
+from ._core import Context, Model, TargetView
 from .config import SpecConfig
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
@@ -76,14 +77,14 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
     """The target context, sized for verify batches of every sequence, and the drafters
     bound to it (they read the target through a :class:`TargetView`)."""
     n_max = spec.n_max if drafters else 0
-    # recurrent state rolled back by n_rs_seq snapshots (the others use checkpoints)
+    # recurrent state rolled back by n_rollback snapshots (the others use checkpoints)
     recurrent = (model.is_recurrent or model.is_hybrid) and model.supports_partial_rollback
     rollback = max([d.rollback_depth for d in drafters], default=0)
     nextn = needs_hidden_rows(drafters)
     if lazy_logits is None:
         # off the host (any offloaded layer takes the output layer with it) the head
         # cannot be read, and a device's LM head is cheap anyway
-        lazy_logits = ((nextn is None or model.arch in LAZY_NEXTN_ARCHS)
+        lazy_logits = ((nextn is None or model.arch in LAZY_MTP_ARCHS)
                        and model.placement.n_gpu_layers == 0)
     check_room(n_ctx, n_seq_max, n_max)
     # exact mode pads every sequence of a verify to the same rows, at least two
@@ -95,8 +96,8 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
     ctx = Context(
         model, n_ctx=n_ctx, n_batch=max(n_batch, verify_rows),
         n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
-        n_rs_seq=max(rollback, int(exact)) if recurrent and (rollback or exact) else 0,
-        nextn=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
+        n_rollback=max(rollback, int(exact)) if recurrent and (rollback or exact) else 0,
+        mtp_hidden=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)

@@ -1,6 +1,6 @@
 """The API cases that used to take the process down (issue 17), and the rules they broke:
 argument types and ranges checked on every Model / Context entry point, the limits llama.cpp
-asserts (n_outputs_max, n_rs_seq) checked before the call, views that outlive their context,
+asserts (n_outputs_max, n_rollback) checked before the call, views that outlive their context,
 integer overflow, contexts smaller than llama.cpp's allocation granularity, and drafters
 that try to change the target's memory.
 """
@@ -48,25 +48,25 @@ def test_more_output_rows_than_n_outputs_max(tiny_dense):
 
 @pytest.mark.parametrize("n_batch", [512, 2048])
 def test_n_rs_seq_1000(qwen35, n_batch):
-    """llama.cpp keeps a sequence's last n_rs_seq + 1 tokens in one ubatch and asserts
-    n_ubatch > n_rs_seq + 1: refused up front, whatever n_batch made n_ubatch."""
+    """llama.cpp keeps a sequence's last n_rollback + 1 tokens in one ubatch and asserts
+    n_ubatch > n_rollback + 1 (its n_rs_seq): refused up front, whatever n_batch made n_ubatch."""
     if n_batch <= 1001:
         with pytest.raises(ValueError, match="n_ubatch"):
-            Context(qwen35, n_rs_seq=1000, n_batch=n_batch)
+            Context(qwen35, n_rollback=1000, n_batch=n_batch)
     else:
-        ctx = Context(qwen35, n_rs_seq=1000, n_batch=n_batch, n_ctx=n_batch)
+        ctx = Context(qwen35, n_rollback=1000, n_batch=n_batch, n_ctx=n_batch)
         _decode(ctx, 2, 1)
-        assert ctx.n_rs_seq == 1000
+        assert ctx.n_rollback == 1000
 
 
 def test_n_rs_seq_64_then_two_tokens(qwen35):
     with pytest.raises(ValueError, match="n_ubatch >= 66"):
-        Context(qwen35, n_rs_seq=64, n_batch=64)
+        Context(qwen35, n_rollback=64, n_batch=64)
     with pytest.raises(ValueError, match="n_ubatch"):
-        Context(qwen35, n_rs_seq=64, n_batch=512, n_ubatch=32)
+        Context(qwen35, n_rollback=64, n_batch=512, n_ubatch=32)
     with pytest.raises(ValueError, match="n_ubatch"):
-        Context(qwen35, n_rs_seq=64, n_ctx=48)      # llama.cpp caps n_batch at n_ctx
-    ctx = Context(qwen35, n_rs_seq=64, n_batch=66)
+        Context(qwen35, n_rollback=64, n_ctx=48)      # llama.cpp caps n_batch at n_ctx
+    ctx = Context(qwen35, n_rollback=64, n_batch=66)
     _decode(ctx, 2, 1)
     assert ctx.seq_rm(0, 1, -1)
 
@@ -114,7 +114,7 @@ def test_context_int_arguments(tiny_dense, bad):
     for call in calls:
         with pytest.raises((TypeError, ValueError)):
             call()
-    for kw in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_rs_seq", "n_outputs_max",
+    for kw in ("n_ctx", "n_batch", "n_ubatch", "n_seq_max", "n_rollback", "n_outputs_max",
                "n_threads"):
         if bad is None and kw in ("n_ubatch", "n_threads"):
             continue            # None: the default
@@ -203,9 +203,9 @@ class Meddler(Drafter):
 @pytest.mark.parametrize("attack", [
     lambda t: t.seq_rm(0), lambda t: t.clear(), lambda t: t.seq_rm(0, 2, -1),
     lambda t: t.decode(Batch(1)), lambda t: t.load_state(b"x"), lambda t: t.close(),
-    lambda t: t.set_nextn(None), lambda t: t.seq_keep(0), lambda t: t.interrupt(),
+    lambda t: t.set_mtp_hidden(None), lambda t: t.seq_keep(0), lambda t: t.interrupt(),
     lambda t: setattr(t, "_ctx", None), lambda t: t._ctx,
-], ids=["seq_rm", "clear", "seq_rm_tail", "decode", "load_state", "close", "set_nextn",
+], ids=["seq_rm", "clear", "seq_rm_tail", "decode", "load_state", "close", "set_mtp_hidden",
         "seq_keep", "interrupt", "set_ctx", "get_ctx"])
 def test_drafter_cannot_mutate_the_target(tiny_dense, attack):
     ref = Decoder(tiny_dense, n_ctx=256).generate(REF_PROMPT, max_tokens=12).tokens

@@ -167,7 +167,7 @@ def test_bad_file_raises(kind, bases, tmp_path):
     with pytest.raises(RAISES) as ei:
         Model(p).tokenize("tok_1 tok_2")
         use(p)
-        if m.arch in specdec._core.MTP_ARCHS:
+        if m.arch in specdec._archs.MTP_ARCHS:
             use(p, mtp=True)
     assert str(ei.value)
     # the process goes on: a good model still loads and generates

@@ -91,7 +91,7 @@ def test_qwen35_rows_do_not_depend_on_the_batch(model_file, dtype):
     toks = [int(t) for t in rng.integers(3, m.n_vocab, 120)]
     prefix, cont, other = toks[:60], toks[60:100], toks[100:]
     # the recurrent state cannot be cut back by 33 tokens: every batch starts from a fresh prefill
-    ctx = Context(m, n_ctx=512, n_batch=256, n_seq_max=2, n_rs_seq=4, batch_invariant=True)
+    ctx = Context(m, n_ctx=512, n_batch=256, n_seq_max=2, n_rollback=4, batch_invariant=True)
     bad = _check_rows(ctx, prefix, cont, other, reprefill=True)
     assert not bad, f"rows differ (batch size, row, reference batch size): {bad[:10]}"
 

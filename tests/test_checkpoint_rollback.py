@@ -1,4 +1,4 @@
-"""Checkpoint rollback: recurrent and hybrid targets without n_rs_seq snapshots (mamba2;
+"""Checkpoint rollback: recurrent and hybrid targets without n_rollback snapshots (mamba2;
 qwen3next, whose attention KV is trimmed while its recurrent part is restored) save their
 state before a verify, restore it on a partial accept and decode the kept tokens again. Greedy output in exact mode must equal plain output token for token, and a
 restored-then-continued state must equal a replay bit for bit."""
@@ -62,7 +62,7 @@ def _equals_exact_plain(target, spec, *, n_prompts, max_tokens):
 def test_targets_roll_back_by_checkpoint(target):
     assert (target.is_recurrent or target.is_hybrid) and not target.supports_partial_rollback
     with pytest.raises(ValueError, match="checkpoints"):
-        Context(target, n_ctx=256, n_rs_seq=4)
+        Context(target, n_ctx=256, n_rollback=4)
     ctx = Context(target, n_ctx=256)
     d = Wrong()
     d.bind(ctx, 1)

@@ -37,12 +37,12 @@ def test_greedy_lossless_dense(tiny_dense, drafter):
 
 @pytest.mark.parametrize("n_max", [1, 2, 3, 5])
 def test_greedy_lossless_hybrid_target(tiny_qwen35, n_max):
-    """qwen35 keeps recurrent state: partial rollback through n_rs_seq snapshots."""
+    """qwen35 keeps recurrent state: partial rollback through n_rollback snapshots."""
     prompt = [5, 9, 200, 17, 42] * 6
     plain = _plain(tiny_qwen35, prompt, 48)
     dec = Decoder(tiny_qwen35, drafter=Noise(tiny_qwen35.n_vocab, n_max), n_max=n_max,
                   n_ctx=1024, check=True)
-    assert dec.ctx.n_rs_seq == n_max
+    assert dec.ctx.n_rollback == n_max
     assert dec.generate(prompt, max_tokens=48).tokens == plain.tokens
     oracle = Decoder(tiny_qwen35, drafter=_Oracle(plain.tokens, len(prompt)), n_max=n_max,
                      n_ctx=1024, check=True)
@@ -151,6 +151,6 @@ def test_n_rs_seq_too_small(tiny_qwen35):
     from specdec import Context
     from specdec._controller import Controller
     from specdec.drafters import create
-    ctx = Context(tiny_qwen35, n_ctx=256, n_rs_seq=2)
-    with pytest.raises(ValueError, match="n_rs_seq=2"):
+    ctx = Context(tiny_qwen35, n_ctx=256, n_rollback=2)
+    with pytest.raises(ValueError, match="n_rollback=2"):
         Controller(ctx, [create("ngram")], n_max=4)

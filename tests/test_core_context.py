@@ -178,7 +178,7 @@ def test_decode_past_n_ctx(gemma):
 
 
 @pytest.mark.parametrize("kw", [{"n_ctx": 0}, {"n_ctx": -5}, {"n_batch": 0}, {"n_ubatch": -1},
-                                {"n_threads": 0}, {"n_seq_max": 0}, {"n_rs_seq": -1}])
+                                {"n_threads": 0}, {"n_seq_max": 0}, {"n_rollback": -1}])
 def test_bad_sizes(gemma, kw):
     with pytest.raises(ValueError):
         Context(gemma, **kw)
@@ -229,7 +229,7 @@ def test_mtp_context_on_model_without_mtp_layers(gemma, tiny_qwen35_nomtp_path):
     with pytest.raises(ValueError, match="no MTP"):
         Context(m, kind="mtp")
     with pytest.raises(ValueError, match="no MTP"):
-        Context(gemma, nextn="dense")
+        Context(gemma, mtp_hidden="dense")
 
 
 def test_mtp_context_with_load_mtp_false(tiny_qwen35_path):
@@ -241,26 +241,26 @@ def test_mtp_context_with_load_mtp_false(tiny_qwen35_path):
 
 def test_n_rs_seq_checks(gemma, tiny_qwen35):
     with pytest.raises(ValueError, match="recurrent"):
-        Context(gemma, n_rs_seq=2)
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=3)
-    assert ctx.n_rs_seq == 3
+        Context(gemma, n_rollback=2)
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=3)
+    assert ctx.n_rollback == 3
 
 
 def test_mtp_context_decodes_token_and_hidden_rows(tiny_qwen35):
     m = tiny_qwen35
-    tgt = Context(m, n_ctx=64, n_batch=16, n_rs_seq=2, nextn="dense")
+    tgt = Context(m, n_ctx=64, n_batch=16, n_rollback=2, mtp_hidden="dense")
     mtp = Context(m, n_ctx=64, n_batch=16, kind="mtp")
     toks = [3, 17, 42, 99]
     tgt.decode(_prompt_batch(toks))
-    rows = tgt.nextn_hidden_rows()
+    rows = tgt.mtp_hidden_rows()
     assert rows.shape == (len(toks), m.n_embd_out)
-    assert np.array_equal(tgt.nextn_hidden(1), rows[1])
+    assert np.array_equal(tgt.mtp_hidden_row(1), rows[1])
     b = Batch(8, n_embd=m.n_embd_out)
     b.add(toks[1], 0, 0, False, embd=rows[0])
     b.add(toks[2], 1, 0, True, embd=rows[1])
     mtp.decode(b)
     assert mtp.logits().shape == (m.n_vocab,)
-    assert mtp.nextn_hidden().shape == (m.n_embd_out,)
+    assert mtp.mtp_hidden_row().shape == (m.n_embd_out,)
     # an MTP context needs hidden rows, a target context refuses them
     with pytest.raises(ValueError, match="hidden row"):
         mtp.decode(_prompt_batch([1, 2]))
@@ -269,7 +269,7 @@ def test_mtp_context_decodes_token_and_hidden_rows(tiny_qwen35):
 
 
 def test_recurrent_rollback_limits(tiny_qwen35):
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=3)
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=3)
     ctx.decode(_prompt_batch(list(range(10, 20))))
     ctx.decode(_prompt_batch([1, 2, 3], start=10))
     # the last decode had 3 tokens: at most 2 can be rolled back

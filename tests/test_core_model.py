@@ -9,7 +9,7 @@ import specdec
 def test_gemma_metadata(gemma):
     assert gemma.arch == "gemma3"
     assert gemma.n_vocab == 262144
-    assert gemma.n_layer == 18 and gemma.n_layer_nextn == 0
+    assert gemma.n_layer == 18 and gemma.n_mtp_layers == 0
     assert gemma.n_embd == 640
     assert gemma.n_swa > 0
     assert gemma.add_bos and gemma.bos >= 0 and gemma.eos >= 0
@@ -108,13 +108,13 @@ def test_failed_load_says_why(tmp_path, tiny_dense_path):
 
 def test_mtp_flags(tiny_qwen35_path, tiny_qwen35_nomtp_path):
     with_mtp = specdec.Model(tiny_qwen35_path, load_mtp=True)
-    assert with_mtp.arch == "qwen35" and with_mtp.n_layer_nextn == 1
+    assert with_mtp.arch == "qwen35" and with_mtp.n_mtp_layers == 1
     assert with_mtp.supports_mtp and with_mtp.has_mtp_graph and with_mtp.is_hybrid
     assert with_mtp.supports_partial_rollback
     not_loaded = specdec.Model(tiny_qwen35_path, load_mtp=False)
     assert not_loaded.has_mtp_graph and not not_loaded.supports_mtp
     no_layers = specdec.Model(tiny_qwen35_nomtp_path, load_mtp=True)
-    assert no_layers.n_layer_nextn == 0 and not no_layers.supports_mtp
+    assert no_layers.n_mtp_layers == 0 and not no_layers.supports_mtp
 
 
 #: ggml's CPU feature names and the /proc/cpuinfo flag each needs (x86)

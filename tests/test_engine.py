@@ -253,7 +253,7 @@ def test_mtp_and_draft_model_drafters_per_slot(bigram_tiny_path, tiny_dense_path
 
 @pytest.mark.parametrize("path", ["tiny_mamba2_path", "tiny_qwen3next_path"])
 def test_recurrent_targets(request, path):
-    """Rollback by n_rs_seq snapshots (mamba2) and by checkpoints (qwen3next), per slot."""
+    """Rollback by n_rollback snapshots (mamba2) and by checkpoints (qwen3next), per slot."""
     path = request.getfixturevalue(path)
     with Engine(path, drafters=["ngram"], n_slots=4, n_ctx=512, n_max=3) as eng:
         alone = _alone(eng, [dict(prompt=p, max_tokens=30) for p in PROMPTS[:4]])

@@ -304,7 +304,7 @@ def qwen35(tiny_qwen35_nomtp_path):
 
 @pytest.mark.parametrize("n", [N_CASES], ids=lambda n: f"{n}-cases")
 def test_fuzz_context_limits(n, setup, qwen35):
-    """Contexts of odd sizes (n_ctx, n_batch, n_ubatch, n_seq_max, n_rs_seq, n_outputs_max),
+    """Contexts of odd sizes (n_ctx, n_batch, n_ubatch, n_seq_max, n_rollback, n_outputs_max),
     then decodes with any number of tokens and output rows, rollbacks, views kept across
     close(): a clear error or a working context, and views that still read."""
     dense, _ = setup
@@ -314,7 +314,7 @@ def test_fuzz_context_limits(n, setup, qwen35):
     @given(which=st.sampled_from(sorted(models)),
            opts=st.fixed_dictionaries({}, optional={
                "n_ctx": sizes, "n_batch": sizes, "n_ubatch": sizes,
-               "n_seq_max": st.one_of(st.integers(1, 4), sizes), "n_rs_seq": sizes,
+               "n_seq_max": st.one_of(st.integers(1, 4), sizes), "n_rollback": sizes,
                "n_outputs_max": sizes, "kv_unified": st.booleans()}),
            steps=st.lists(st.tuples(st.sampled_from(["decode", "decode", "rollback", "view",
                                                      "close"]),
@@ -397,7 +397,7 @@ def test_fuzz_entry_points(n, setup, qwen35):
                 specdec.DecodeError) as e:
             assert str(e) or isinstance(e, KeyError)
         if which == "ctx" and name in ("close", "clear", "seq_rm", "seq_keep", "load_state",
-                                       "seq_cp", "decode", "set_nextn", "set_threads"):
+                                       "seq_cp", "decode", "set_mtp_hidden", "set_threads"):
             fresh()
 
     case()

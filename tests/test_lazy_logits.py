@@ -87,8 +87,8 @@ def test_hybrid_target_with_mtp_hidden_rows(tiny_qwen35):
     stops after the hidden rows are made, so they are untouched, and every row's logits
     match llama.cpp's head through verify-sized decodes and rollbacks."""
     m = tiny_qwen35
-    eager = Context(m, n_ctx=256, n_batch=64, n_rs_seq=4, nextn="dense")
-    lazy = Context(m, n_ctx=256, n_batch=64, n_rs_seq=4, nextn="dense", lazy_logits=True)
+    eager = Context(m, n_ctx=256, n_batch=64, n_rollback=4, mtp_hidden="dense")
+    lazy = Context(m, n_ctx=256, n_batch=64, n_rollback=4, mtp_hidden="dense", lazy_logits=True)
     rng = np.random.default_rng(0)
     first = [int(t) for t in rng.integers(3, 200, 20)]
     for c in (eager, lazy):
@@ -100,7 +100,7 @@ def test_hybrid_target_with_mtp_hidden_rows(tiny_qwen35):
         for c in (eager, lazy):
             _decode(c, toks, pos, set(range(k)))
         assert lazy.lazy_logits == "on"
-        np.testing.assert_array_equal(eager.nextn_hidden_rows(), lazy.nextn_hidden_rows())
+        np.testing.assert_array_equal(eager.mtp_hidden_rows(), lazy.mtp_hidden_rows())
         for i in range(k):
             a, b = np.asarray(eager.logits(i)), np.asarray(lazy.logits(i))
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-4)  # f32: GEMM vs vec_dot rounding

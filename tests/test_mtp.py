@@ -92,8 +92,8 @@ def test_registered_and_target_is_dense(bigram):
     assert MtpDrafter().needs_mtp_hidden and not MtpDrafter().rollback_depth
     dec = Decoder(bigram(), drafter="mtp", n_max=3, n_ctx=256)
     assert isinstance(dec.drafters[0], MtpDrafter)
-    assert dec.ctx.nextn == "dense" and dec.model.supports_mtp
-    assert dec.drafters[0].mtp_ctx.is_mtp and dec.drafters[0].mtp_ctx.nextn == "dense"
+    assert dec.ctx.mtp_hidden == "dense" and dec.model.supports_mtp
+    assert dec.drafters[0].mtp_ctx.is_mtp and dec.drafters[0].mtp_ctx.mtp_hidden == "dense"
 
 
 def test_equals_plain_decoder(bigram):
@@ -275,8 +275,8 @@ class Scratch:
 
     def __init__(self, target_model, mtp_model=None, n_ctx=512):
         mm = mtp_model or target_model
-        self.tgt = Context(target_model, n_ctx=n_ctx, n_batch=n_ctx, nextn="dense")
-        self.mtp = Context(mm, n_ctx=n_ctx, n_batch=n_ctx, kind="mtp", nextn="dense")
+        self.tgt = Context(target_model, n_ctx=n_ctx, n_batch=n_ctx, mtp_hidden="dense")
+        self.mtp = Context(mm, n_ctx=n_ctx, n_batch=n_ctx, kind="mtp", mtp_hidden="dense")
         self.E = mm.n_embd_out
         self.margin = 1e-3
 
@@ -286,7 +286,7 @@ class Scratch:
         for p, t in enumerate(hist):
             b.add(t, p, 0, p == len(hist) - 1)
         self.tgt.decode(b)
-        return np.array(self.tgt.nextn_hidden_rows())
+        return np.array(self.tgt.mtp_hidden_rows())
 
     def draft(self, seq, hist, last, n):
         """The drafts while the reference is sure of them (top-2 margin above 1e-3)."""
@@ -307,7 +307,7 @@ class Scratch:
             res.append(int(np.argmax(lg)))
             if len(res) == n:
                 return res
-            h = np.array(self.mtp.nextn_hidden(i))
+            h = np.array(self.mtp.mtp_hidden_row(i))
             b = Batch(1, n_embd=self.E)
             b.add(res[-1], P + len(res), 0, True, embd=h)
             self.mtp.decode(b)
@@ -462,7 +462,7 @@ def test_mtp_only_head_file(split_qwen35, tiny_qwen35_path):
                 return got
 
         dec = Decoder(target, drafter=[Recording("rec"), mtp], n_max=3, n_ctx=256, load_mtp=True)
-        assert dec.model.n_layer_nextn == (1 if target == full else 0)
+        assert dec.model.n_mtp_layers == (1 if target == full else 0)
         out = dec.generate(PROMPT, max_tokens=40).tokens
         drafts.append((out, rec))
     assert drafts[0] == drafts[1] and len(drafts[0][1]) >= 10
@@ -547,7 +547,7 @@ def test_sampled_distribution_matches_target(bigram):
         for b_, pb in dist(prompt + [a]).items():
             for c, pc in dist(prompt + [a, b_]).items():
                 joint[(a, b_, c)] = pa * pb * pc
-    tgt = Context(model, n_ctx=64 * n_seq, n_batch=64, n_seq_max=n_seq, n_rs_seq=2)
+    tgt = Context(model, n_ctx=64 * n_seq, n_batch=64, n_seq_max=n_seq, n_rollback=2)
     mtp = MtpDrafter()
     mtp.configure(SpecConfig(n_max=2))
     mtp.bind(tgt, n_seq)
@@ -599,19 +599,19 @@ def test_arch_without_mtp_graph(tiny_dense_path, tiny_dense):
 
 
 def test_n_rs_seq_too_small(tiny_qwen35):
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=1, nextn="dense")
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=1, mtp_hidden="dense")
     d = MtpDrafter()
     d.configure(SpecConfig(n_max=3))
-    with pytest.raises(ValueError, match="n_rs_seq=1 .* too small"):
+    with pytest.raises(ValueError, match="n_rollback=1 .* too small"):
         d.bind(ctx)
     d = MtpDrafter()
     d.bind(ctx)
-    with pytest.raises(ValueError, match="n_rs_seq"):
+    with pytest.raises(ValueError, match="n_rollback"):
         Controller(ctx, [d], n_max=3)
 
 
 def test_head_file_checks(tiny_qwen35, tiny_qwen35_nomtp_path, tmp_path):
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=3)
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=3)
     with pytest.raises(ValueError, match="no MTP"):
         MtpDrafter(tiny_qwen35_nomtp_path).bind(ctx)
     other = write_tiny_qwen35(tmp_path / "v512.gguf", n_vocab=512, mtp_only=True)
@@ -627,9 +627,9 @@ def test_hooks_need_binding_and_rows(tiny_qwen35):
     d = MtpDrafter()
     with pytest.raises(RuntimeError, match="not bound"):
         run_propose(d, 0, 1, 2)
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=3)
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=3)
     d.bind(ctx)
-    assert ctx.nextn == "dense"     # bind turns the target's hidden rows on
+    assert ctx.mtp_hidden == "dense"     # bind turns the target's hidden rows on
     with pytest.raises(ValueError, match="row0"):
         run_observe(d, 0, [1, 2])
     with pytest.raises(ValueError, match="sequence"):
@@ -639,19 +639,19 @@ def test_hooks_need_binding_and_rows(tiny_qwen35):
 def test_nextn_modes_the_drafter_relies_on(split_qwen35):
     full, trunk, _ = split_qwen35
     # a trunk-only target still emits h_nextn (its graph builds it for every qwen35 file)
-    t = Context(Model(trunk), n_ctx=64, n_batch=8, nextn="dense")
+    t = Context(Model(trunk), n_ctx=64, n_batch=8, mtp_hidden="dense")
     b = Batch(4)
     for i, tok in enumerate([5, 6, 7]):
         b.add(tok, i, 0, i == 2)
     t.decode(b)
-    assert np.isfinite(np.array(t.nextn_hidden_rows())).all()
+    assert np.isfinite(np.array(t.mtp_hidden_rows())).all()
     m = Model(full, load_mtp=True)
     c = Context(m, n_ctx=64, n_batch=8, kind="mtp")
-    assert c.nextn == "masked"        # the default, what llama.cpp's common uses
-    c.set_nextn("dense")
-    assert c.nextn == "dense"
+    assert c.mtp_hidden == "masked"        # the default, what llama.cpp's common uses
+    c.set_mtp_hidden("dense")
+    assert c.mtp_hidden == "dense"
     with pytest.raises(ValueError, match="always outputs"):
-        c.set_nextn(None)
+        c.set_mtp_hidden(None)
 
 
 # --------------------------------------------------------------------------------------
@@ -661,14 +661,14 @@ def test_nextn_modes_the_drafter_relies_on(split_qwen35):
 def test_llama_masked_mtp_rows_are_the_first_rows(tiny_qwen35):
     """In masked mode llama.cpp copies the first n_outputs rows of the MTP graph's unpruned
     h_nextn, so an output row behind non-output rows gets the wrong hidden state. The
-    drafter queues catch-up rows in front of its draft row, hence nextn='dense'."""
+    drafter queues catch-up rows in front of its draft row, hence mtp_hidden='dense'."""
     m = tiny_qwen35
     E = m.n_embd_out
     H = np.random.default_rng(0).standard_normal((4, E)).astype(np.float32)
     toks = [5, 9, 13, 20]
 
     def run(outs, mode):
-        c = Context(m, n_ctx=64, n_batch=16, kind="mtp", nextn=mode)
+        c = Context(m, n_ctx=64, n_batch=16, kind="mtp", mtp_hidden=mode)
         b = Batch(8, n_embd=E)
         for i, t in enumerate(toks):
             b.add(t, i, 0, outs[i], embd=H[i])
@@ -676,10 +676,10 @@ def test_llama_masked_mtp_rows_are_the_first_rows(tiny_qwen35):
         return c
 
     every = run([True] * 4, "masked")
-    rows = [np.array(every.nextn_hidden(i)) for i in range(4)]
+    rows = [np.array(every.mtp_hidden_row(i)) for i in range(4)]
     masked = run([False, False, False, True], "masked")
     np.testing.assert_allclose(masked.logits(3), every.logits(3), atol=1e-4)
-    np.testing.assert_allclose(masked.nextn_hidden(3), rows[0], atol=1e-4)   # not rows[3]
+    np.testing.assert_allclose(masked.mtp_hidden_row(3), rows[0], atol=1e-4)   # not rows[3]
     dense = run([False, False, False, True], "dense")
     for i in range(4):
-        np.testing.assert_allclose(dense.nextn_hidden(i), rows[i], atol=1e-4)
+        np.testing.assert_allclose(dense.mtp_hidden_row(i), rows[i], atol=1e-4)

@@ -117,7 +117,7 @@ def test_policy_probes_with_the_length_that_would_pay():
     Early drafts miss at their second token, until no length pays; probes of one token
     refresh only the first position, so the policy stayed plain for good. The probe now
     asks for the length that would pay if deeper tokens were as good as the first."""
-    pol = DraftPolicy(6, 0.0, True)
+    pol = DraftPolicy(6, True)
     tv = lambda k: 0.010 + 0.001 * k
     call = lambda c: 0.015 if c else 0.0
     for _ in range(12):                              # early: a miss at position 2
@@ -131,7 +131,7 @@ def test_policy_needs_a_margin_over_plain_to_draft():
     """Drafting that would beat plain by 1% is not worth its noise: the policy stays plain
     (probes aside); by 20% it drafts."""
     for gain, drafts in ((1.01, False), (1.20, True)):
-        pol = DraftPolicy(1, 0.0, True)
+        pol = DraftPolicy(1, True)
         t1 = 2 * 0.010 / gain            # two tokens per round at one draft, always accepted
         caps = [_round(pol, lambda k: 0.010 if k == 0 else t1, lambda k: k, lambda c: 0.0)[0]
                 for _ in range(300)]
@@ -140,7 +140,7 @@ def test_policy_needs_a_margin_over_plain_to_draft():
 
 def test_policy_time_estimates_resist_an_outlier():
     """One preempted decode (10x) moves an established estimate by at most 2x its weight."""
-    pol = DraftPolicy(2, 0.0, False)
+    pol = DraftPolicy(2, False)
     for _ in range(5):
         pol._py_observe(0, 0, 0.010)
     pol._py_observe(0, 0, 0.100)
@@ -154,14 +154,14 @@ def test_policy_calibration_is_measured_over_predicted_rate():
         n = (1 - 0.98 ** k) / (1 - 0.98)
         return 1 + (raw - 1) * n / (n + 16)
 
-    pol = DraftPolicy(4, 0.0, True)
+    pol = DraftPolicy(4, True)
     for _ in range(7):
         pol._py_observe_round(3.0, 0.030, 3, 0.060)      # half the predicted rate
     assert pol.state()["calibration"] == 1.0             # fewer than 8 rounds: no verdict
     pol._py_observe_round(3.0, 0.030, 3, 0.060)
     assert abs(pol.state()["calibration"] - expected(0.5, 8)) < 1e-9
     assert pol.state()["cal_time"] == 2.0 and pol.state()["cal_tokens"] == 1.0
-    pol = DraftPolicy(4, 0.0, True)
+    pol = DraftPolicy(4, True)
     for _ in range(400):
         pol._py_observe_round(3.0, 0.030, 3, 0.040)      # 0.75 of the prediction
     assert abs(pol.state()["calibration"] - expected(0.75, 400)) < 1e-9
@@ -174,7 +174,7 @@ def test_policy_times_follow_the_load_of_plain_rounds():
     """A draft length measured when plain rounds took 10 ms is scaled up once they take
     20 ms: on a shared machine, a cost measured long ago must not look cheap next to a
     plain round measured now."""
-    pol = DraftPolicy(2, 0.0, False)
+    pol = DraftPolicy(2, False)
     for _ in range(5):
         pol._py_observe(0, 0, 0.010)
     for _ in range(5):

@@ -264,7 +264,7 @@ def test_mtp_remote_equals_local(servers, model_file, arch):
     # target and head both remote (the head is the target file's own NextN layer)
     dec = Decoder(path, drafter="mtp", n_max=3, n_gpu_layers=-1, rpc_servers=servers, check=True)
     assert dec.drafters[0].mtp_model is dec.model and dec.model.is_remote
-    assert dec.ctx.rs_trim and dec.ctx.n_rs_seq == 3       # n_rs_seq rollback, trimmed graphs
+    assert dec.ctx.rollback_trim and dec.ctx.n_rollback == 3       # snapshot rollback, trimmed graphs
     res = dec.generate(prompt, max_tokens=32)
     assert res.tokens == local.tokens
     assert res.stats.accepted > 0 and res.stats.drafted > res.stats.accepted  # rollbacks ran
@@ -286,7 +286,7 @@ def test_mtp_random_qwen35_remote_equals_local(servers, tiny_qwen35_path):
 
 
 def _recurrent_rollback(m):
-    ctx = Context(m, n_ctx=128, n_batch=16, n_rs_seq=3)
+    ctx = Context(m, n_ctx=128, n_batch=16, n_rollback=3)
     b = Batch(16)
     seen = []
     for pos0, toks in ((0, [5, 6, 7, 8]), (4, [9, 10, 11])):

@@ -1,6 +1,6 @@
-"""Recurrent snapshots sized per decode (``Context.rs_trim``, ``_rs_graph.h``).
+"""Recurrent snapshots sized per decode (``Context.rollback_trim``, ``_rs_graph.h``).
 
-With ``rs_trim`` a decode's graph writes only the snapshots its batch can roll back:
+With ``rollback_trim`` a decode's graph writes only the snapshots its batch can roll back:
 none for one-token decodes. The decisive property is that nothing observable changes:
 the same script of decodes and rollbacks gives bit-identical logits with it on and off,
 through llama.cpp's graph reuse (the same batch shapes recur), across sequences."""
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specdec import Batch, Context, Model
-from specdec._core import RS_TRIM_ARCHS
+from specdec._archs import ROLLBACK_TRIM_ARCHS
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,8 @@ def _script(seed, n_steps=60, n_seq=2, n_rs=4):
 
 
 def _run(model, steps, trim, n_seq=2, n_rs=4):
-    ctx = Context(model, n_ctx=512, n_batch=64, n_seq_max=n_seq, n_rs_seq=n_rs)
-    ctx.rs_trim = trim
+    ctx = Context(model, n_ctx=512, n_batch=64, n_seq_max=n_seq, n_rollback=n_rs)
+    ctx.rollback_trim = trim
     pos = [0] * n_seq
     out = []
     for kind, arg in steps:
@@ -69,7 +69,7 @@ def _run(model, steps, trim, n_seq=2, n_rs=4):
 @pytest.mark.parametrize("which", ["tiny_qwen35", "moe"])
 def test_same_logits_with_and_without_trim(which, request):
     model = request.getfixturevalue(which)
-    assert model.arch in RS_TRIM_ARCHS
+    assert model.arch in ROLLBACK_TRIM_ARCHS
     for seed in range(3):
         steps = _script(seed)
         on, off = _run(model, steps, True), _run(model, steps, False)
@@ -81,8 +81,8 @@ def test_same_logits_with_and_without_trim(which, request):
 def test_rollback_after_one_token_rounds_equals_replay(tiny_qwen35):
     """One-token rounds (no snapshots written) then a verify batch rolled back: the state
     equals a context that only ever decoded the kept tokens."""
-    ctx = Context(tiny_qwen35, n_ctx=128, n_batch=16, n_rs_seq=3)
-    assert ctx.rs_trim
+    ctx = Context(tiny_qwen35, n_ctx=128, n_batch=16, n_rollback=3)
+    assert ctx.rollback_trim
     toks = [11, 23, 5, 77, 19, 4, 31, 8]
     b = Batch(16)
     for i, t in enumerate(toks):
@@ -104,8 +104,8 @@ def test_rollback_after_one_token_rounds_equals_replay(tiny_qwen35):
     ctx.decode(b)
     got = np.array(ctx.logits(0))
 
-    ref = Context(tiny_qwen35, n_ctx=128, n_batch=16, n_rs_seq=3)
-    ref.rs_trim = False
+    ref = Context(tiny_qwen35, n_ctx=128, n_batch=16, n_rollback=3)
+    ref.rollback_trim = False
     seq = toks + [40, 41, 42, 43, 44, 50, 60]
     for i, t in enumerate(seq):
         b.clear()
@@ -116,15 +116,15 @@ def test_rollback_after_one_token_rounds_equals_replay(tiny_qwen35):
 
 
 def test_rs_trim_flag(tiny_qwen35, tiny_dense):
-    assert not Context(tiny_qwen35, n_ctx=64, n_batch=16).rs_trim     # no snapshots at all
-    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rs_seq=2)
-    assert ctx.rs_trim
-    ctx.rs_trim = False
-    assert not ctx.rs_trim
-    ctx.rs_trim = True
+    assert not Context(tiny_qwen35, n_ctx=64, n_batch=16).rollback_trim     # no snapshots at all
+    ctx = Context(tiny_qwen35, n_ctx=64, n_batch=16, n_rollback=2)
+    assert ctx.rollback_trim
+    ctx.rollback_trim = False
+    assert not ctx.rollback_trim
+    ctx.rollback_trim = True
     plain = Context(tiny_qwen35, n_ctx=64, n_batch=16)
-    with pytest.raises(ValueError, match="rs_trim needs"):
-        plain.rs_trim = True
-    with pytest.raises(ValueError, match="rs_trim needs"):
-        Context(tiny_dense, n_ctx=64, n_batch=16).rs_trim = True
-    assert not plain.rs_trim
+    with pytest.raises(ValueError, match="rollback_trim needs"):
+        plain.rollback_trim = True
+    with pytest.raises(ValueError, match="rollback_trim needs"):
+        Context(tiny_dense, n_ctx=64, n_batch=16).rollback_trim = True
+    assert not plain.rollback_trim

@@ -29,7 +29,7 @@ cdef class ChainedHeadsMtpDrafter(MtpDrafter):
         self.chain = int(chain_heads)
 
     cdef int _head_count(self, Model mm) except -1:
-        return mm.n_layer_nextn if mm.n_layer_nextn > 1 else max(1, self.chain)
+        return mm.n_mtp_layers if mm.n_mtp_layers > 1 else max(1, self.chain)
 
 
 def suffix_count(SuffixDrafter d not None, tokens, int seq=-1) -> int:

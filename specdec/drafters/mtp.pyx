@@ -5,7 +5,7 @@
 The head runs in an MTP context (its own KV, NextN layers only). Its input at
 position ``p`` is the pair (token ``x_p``, target hidden row ``h_{p-1}``), where
 ``h`` is the target's post-norm hidden state (the target context runs with
-``nextn="dense"``: one row per batch entry). So the MTP context has to mirror
+``mtp_hidden="dense"``: one row per batch entry). So the MTP context has to mirror
 every token that enters the target, one position behind in ``h``.
 
 Per round, for one sequence, this costs ``n`` MTP decodes for ``n`` drafts and
@@ -26,14 +26,14 @@ nothing else:
   at the first accepted draft. Rejected drafts never enter the MTP context, so
   acceptance needs no trimming.
 
-The MTP contexts run with ``nextn="dense"``: in masked mode llama.cpp copies
+The MTP contexts run with ``mtp_hidden="dense"``: in masked mode llama.cpp copies
 the first ``n_outputs`` rows of the MTP graph's (unpruned) hidden states, so a
 draft row decoded behind catch-up rows would get the first catch-up row's ``h``.
 
 Models with several trained heads (step35, mimo2, hy_v3) chain them instead:
 draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 ``chain_heads``. Each head gets its own MTP context pinned to its layer with
-``set_nextn_layer_offset``, so no head's KV is ever rewritten under another's.
+``set_mtp_head``, so no head's KV is ever rewritten under another's.
 """
 from libc.math cimport exp
 from libc.stdint cimport int32_t, int64_t
@@ -48,7 +48,7 @@ from ..placement import draft_options
 
 import os
 
-from .._core import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
+from .._archs import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
 from .mtp_head import HEAD_TYPES, derive_mtp_head_gguf
 
 
@@ -107,7 +107,7 @@ cdef class MtpDrafter(Drafter):
 
     cdef int _head_count(self, Model mm) except -1:
         """Heads to chain: the model's own (one context per NextN layer), else one."""
-        return mm.n_layer_nextn if mm.n_layer_nextn > 1 else 1
+        return mm.n_mtp_layers if mm.n_mtp_layers > 1 else 1
 
     # --- setup ------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ cdef class MtpDrafter(Drafter):
                              "drafter cannot run on it")
         src = self._source
         if isinstance(src, str) and src.lower() in HEAD_TYPES:
-            if tm.n_layer_nextn <= 0:
+            if tm.n_mtp_layers <= 0:
                 raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers "
                                  f"to derive a {src} head from")
             src = str(derive_mtp_head_gguf(tm.path, src.lower()))
@@ -132,7 +132,7 @@ cdef class MtpDrafter(Drafter):
             src = tm.path
         if src is None:
             self.mtp_model = tm
-            if tm.n_layer_nextn <= 0:
+            if tm.n_mtp_layers <= 0:
                 raise ValueError(f"model {os.path.basename(tm.path)!r} has no MTP (NextN) layers: "
                                  "give an MTP head file with mtp:PATH")
             if not tm.mtp_loaded:
@@ -147,7 +147,7 @@ cdef class MtpDrafter(Drafter):
                                        **draft_options(tm.placement, self.n_gpu_layers))
             m = self.mtp_model
             name = os.path.basename(m.path)
-            if m.n_layer_nextn <= 0:
+            if m.n_mtp_layers <= 0:
                 raise ValueError(f"MTP file {name!r} has no MTP (NextN) layers")
             if not m.mtp_loaded:
                 raise ValueError(f"MTP model {name!r} was loaded with load_mtp=False")
@@ -159,17 +159,17 @@ cdef class MtpDrafter(Drafter):
             if not tm.vocab_compatible(m):
                 raise ValueError(f"MTP file {name!r} has a vocabulary incompatible with the target")
         cdef Model mm = self.mtp_model
-        if mm.n_layer_nextn > 1 and mm.arch not in CHAIN_ARCHS:
+        if mm.n_mtp_layers > 1 and mm.arch not in CHAIN_ARCHS:
             raise ValueError(f"llama.cpp's {mm.arch} MTP graph runs one NextN layer, the model "
-                             f"has {mm.n_layer_nextn}")
-        # (targets without n_rs_seq snapshots roll back by checkpoints, at any depth)
+                             f"has {mm.n_mtp_layers}")
+        # (targets without n_rollback snapshots roll back by checkpoints, at any depth)
         if ((tm.is_recurrent or tm.is_hybrid) and tm.supports_partial_rollback
-                and target.n_rs_seq < self.rollback_depth):
-            raise ValueError(f"n_rs_seq={target.n_rs_seq} of the target context is too small for "
-                             f"MTP drafts of {self.rollback_depth} tokens: create it with "
-                             "n_rs_seq >= n_max")
-        if target.nextn != "dense":
-            target.set_nextn("dense")
+                and target.n_rollback < self.rollback_depth):
+            raise ValueError(f"n_rollback={target.n_rollback} of the target context is too small "
+                             f"for MTP drafts of {self.rollback_depth} tokens: create it with "
+                             "n_rollback >= n_max")
+        if target.mtp_hidden != "dense":
+            target.set_mtp_hidden("dense")
         self.n_heads = self._head_count(mm)
         cdef int cap = target.n_batch + 1   # a whole target batch of catch-up plus a draft row
         self.head_ctxs = []
@@ -177,12 +177,12 @@ cdef class MtpDrafter(Drafter):
             # dense: llama.cpp's masked mode hands back the ubatch's *first* rows, wrong
             # for a draft row queued behind catch-up rows (see the module notes)
             ctx = Context(mm, kind="mtp", n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
-                          n_threads=self.n_threads or target.n_threads, nextn="dense")
+                          n_threads=self.n_threads or target.n_threads, mtp_hidden="dense")
             if ctx.n_ctx_seq < target.n_ctx_seq:
                 raise ValueError(f"the MTP context holds {ctx.n_ctx_seq} positions per sequence, "
                                  f"the target {target.n_ctx_seq}")
-            if mm.n_layer_nextn > 1:
-                ctx.set_nextn_layer_offset(h)
+            if mm.n_mtp_layers > 1:
+                ctx.set_mtp_head(h)
             self.head_ctxs.append(ctx)
         self.mtp_ctx = self.head_ctxs[0]
         self.n_embd = mm.n_embd_out
@@ -322,15 +322,15 @@ cdef class MtpDrafter(Drafter):
             if i == 0:
                 h = self.pend[seq].data()
             else:
-                h = t.nextn_c(row0 + i - 1)
+                h = t.mtp_hidden_c(row0 + i - 1)
                 if h == NULL:
                     raise RuntimeError(f"no target hidden row at batch index {row0 + i - 1}: the "
-                                       "target context must run with nextn='dense'")
+                                       "target context must run with mtp_hidden='dense'")
             self._queue(toks[i], p0 + i, seq, h)
-        h = t.nextn_c(row0 + n - 1)
+        h = t.mtp_hidden_c(row0 + n - 1)
         if h == NULL:
             raise RuntimeError(f"no target hidden row at batch index {row0 + n - 1}: the target "
-                               "context must run with nextn='dense'")
+                               "context must run with mtp_hidden='dense'")
         memcpy(self.pend[seq].data(), h, self.n_embd * sizeof(float))
         self.n_sync[seq] = p0 + n
         self.kept_tok[seq] = -1
@@ -395,7 +395,7 @@ cdef class MtpDrafter(Drafter):
             self.n_decodes += 1
             n_dec += 1
             lg = c.logits_c(idx)
-            h = c.nextn_c(idx)
+            h = c.mtp_hidden_c(idx)
             if lg == NULL or h == NULL:
                 raise RuntimeError("the MTP context gave no output for a draft row")
             y = argmax(lg, self.n_vocab_draft)
@@ -436,7 +436,7 @@ cdef class MtpDrafter(Drafter):
             self.batch.clear_c()
             self.n_decodes += 1
             lg = c.logits_c(i)
-            h = c.nextn_c(i)
+            h = c.mtp_hidden_c(i)
             if lg == NULL or h == NULL:
                 raise RuntimeError("the MTP context gave no output for a draft row")
             y = argmax(lg, self.n_vocab_draft)

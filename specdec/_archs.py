@@ -1,0 +1,33 @@
+"""What llama.cpp's architectures can do, from the pinned tree (src/llama-arch.cpp, src/models/*).
+
+Plain data: the core checks contexts against it, the API and the MTP drafter choose with it.
+llama.cpp's own terms are kept in the comments (NextN layers, ``n_rs_seq``) so that each
+entry can be checked against the source.
+"""
+
+#: archs whose graph has an MTP path (llama.cpp: DECODER_MTP, NextN layers)
+MTP_ARCHS = frozenset({
+    "qwen35", "qwen35moe", "qwen3next", "deepseek2", "deepseek32", "deepseek4", "glm4moe",
+    "glm-dsa", "glm5-next", "step35", "mimo2", "hy_v3", "cohere2moe", "bailingmoe3",
+    "nemotron_h_moe",
+})
+
+#: of those, the archs whose MTP graph runs several chained heads
+MTP_MULTI_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
+
+#: recurrent/hybrid archs whose recurrent state can be rolled back by a few tokens
+#: (llama.cpp: llm_arch_supports_rs_rollback, ``n_rs_seq`` snapshots); the others roll
+#: back by state checkpoints
+PARTIAL_ROLLBACK_ARCHS = frozenset({
+    "kimi-k3", "qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
+})
+
+#: archs whose target graph computes the MTP hidden rows (llama.cpp: h_nextn) before
+#: result_norm, where the lazy LM head stops the graph: lazy logits and MTP hidden states
+#: go together on these only
+LAZY_MTP_ARCHS = frozenset({"qwen35", "qwen35moe"})
+
+#: archs whose decode graphs may keep fewer rollback snapshots than the context holds
+#: (their graph code reads cparams.n_rs_seq the way _rs_graph.h assumes: delta-net layers)
+ROLLBACK_TRIM_ARCHS = frozenset({"qwen35", "qwen35moe"})
