@@ -70,6 +70,8 @@ cdef class Controller:
     cdef double t_sync       # of the last _propose: drafters catching up, not drafting
     cdef vector[int32_t] scratch
     cdef dict defaults       # request settings of the constructor, for ``start``
+    cdef readonly bint isolate   # a drafter error ends its sequence only (else it is raised)
+    cdef dict errors         # seq -> the error that ended it (``isolate``)
     cdef list started        # the sequences of the last ``start`` (``stats()`` sums them)
     # totals since the last ``start`` / ``reset_stats``
     cdef int64_t n_rounds, n_drafted, n_accepted, n_draft_rounds, n_filler, n_redecode

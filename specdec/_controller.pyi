@@ -17,7 +17,9 @@ class Controller:
                  top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
                  stop: Union[str, bytes, Iterable[Union[str, bytes]]] = (),
                  exact: bool = False, policy: Optional[DraftPolicy] = None,
-                 n_ctx_seq: int = 0) -> None: ...
+                 n_ctx_seq: int = 0, isolate: bool = False) -> None: ...
+    isolate: bool
+    def error(self, seq: int) -> Optional[BaseException]: ...
     def join(self, seq: int, prompt: Sequence[int], *, max_tokens: int, seed: int = 0,
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
              stop: Sequence[bytes] = (), drafters: Optional[Sequence[Drafter]] = None,

@@ -36,7 +36,7 @@ from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, Rng
 from ._policy cimport DraftPolicy
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
-from ._output cimport TextOutput, RUNNING, CTX_FULL
+from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
 from ._verify cimport Verifier
 from .drafters._base cimport Drafter, Draft
 
@@ -59,14 +59,16 @@ cdef class Controller:
     ``drafters``: every drafter a sequence may use, bound to ``ctx``. ``exact``: no row's
     logits depend on the batch (see ``_pad``). ``n_ctx_seq``: the tokens a sequence may
     hold (default: the context's own limit; a caller that leaves slack for exact mode's
-    padding rows passes less). The request settings (``n_max`` .. ``stop``, ``policy``)
+    padding rows passes less). ``isolate``: an error of a sequence's drafter while it drafts
+    ends that sequence only (``finish_reason`` "error", ``error(seq)``), where a single caller
+    would rather see it raised. The request settings (``n_max`` .. ``stop``, ``policy``)
     are the defaults of ``start``; ``join`` takes its own.
     """
 
     def __init__(self, Context ctx not None, drafters=(), *, int n_max=0, int n_min=0,
                  bint adaptive=False, float temperature=0.0, int top_k=0,
                  float top_p=1.0, float min_p=0.0, stop=(), bint exact=False,
-                 DraftPolicy policy=None, int n_ctx_seq=0):
+                 DraftPolicy policy=None, int n_ctx_seq=0, bint isolate=False):
         if ctx.is_mtp:
             raise ValueError("the controller drives a target context, not an MTP context")
         self.ctx = ctx
@@ -97,6 +99,8 @@ cdef class Controller:
         self.exact = exact
         self.pad_equal = exact and not recurrent
         self.n_ctx_seq = min(n_ctx_seq, ctx.n_ctx_seq) if n_ctx_seq > 0 else ctx.n_ctx_seq
+        self.isolate = isolate
+        self.errors = {}
         self.verifier = Verifier(ctx)
         self.verifier.clock = &self.clock
         stops = [stop] if isinstance(stop, (str, bytes)) else list(stop)
@@ -166,6 +170,7 @@ cdef class Controller:
         s.sp.min_p = min_p
         s.rng = Rng(seed)
         s.out = TextOutput(self.model, max_tokens, stop, logprobs)
+        self.errors.pop(seq, None)
         s.kind = NO_DRAFT
         s.row0 = -1
         s.k = s.n_pad = 0
@@ -328,7 +333,18 @@ cdef class Controller:
             if self.rs_cap >= 0:
                 k_cap = min(k_cap, self.rs_cap)
             lap(&self.clock, T_CONTROL)
-            self._propose(s, k_cap)
+            if self.isolate:
+                try:
+                    self._propose(s, k_cap)
+                except Exception as e:
+                    # nothing of this round reached the target yet: the others go on
+                    s.draft.clear()
+                    s.out.set_finish(FAILED)
+                    self.errors[s.id] = e
+                    lap(&self.clock, T_DRAFT)
+                    continue
+            else:
+                self._propose(s, k_cap)
             t1 = lap(&self.clock, T_DRAFT)
             # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
             # without drafts is not a cost of drafting this round (it would stop the drafts
@@ -617,6 +633,10 @@ cdef class Controller:
         """Per token: ``(logprob, [(id, logprob), ...])``; None when the request asked none."""
         out = self._out(seq)
         return out.logprob_list() if out.n_top >= 0 else None
+
+    def error(self, int seq):
+        """The error that ended ``seq`` (``isolate``), else None."""
+        return self.errors.get(seq)
 
     def finish_reason(self, int seq=0):
         return self._out(seq).finish_reason

@@ -10,6 +10,7 @@ cpdef enum Finish:
     STOP_STRING = 2   # a stop string
     LENGTH = 3        # max_tokens
     CTX_FULL = 4      # the sequence filled its context
+    FAILED = 5        # its drafter failed (the controller keeps the error)
 
 
 cdef class TextOutput:

@@ -14,7 +14,7 @@ from ._core cimport Model
 from ._logprobs cimport token_logprobs
 
 _FINISH = {RUNNING: None, STOP_EOG: "eos", STOP_STRING: "stop", LENGTH: "length",
-           CTX_FULL: "context"}
+           CTX_FULL: "context", FAILED: "error"}
 
 
 cdef class TextOutput:

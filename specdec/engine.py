@@ -160,7 +160,7 @@ class Engine:
                                 n_batch=n_batch, n_ubatch=None, n_threads=n_threads,
                                 n_seq_max=n_slots, exact=self.exact, lazy_logits=lazy_logits,
                                 kv_unified=unified)
-        self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx)
+        self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx, isolate=True)
         self.prefix_reuse = bool(prefix_reuse)
         self._default = self._chain(self._first_default(default_drafter))
         self._policies: Dict[Tuple[Tuple[str, ...], int, bool], Any] = {}
@@ -424,6 +424,14 @@ class Engine:
             self._deliver(slot, state)
 
     def _deliver(self, slot: int, state: _State) -> None:
+        err = self._ctl.error(slot)
+        if err is not None:     # its drafter failed: this request fails, the others go on
+            self._ctl.leave(slot)
+            del self._running[slot]
+            with self._cv:
+                self._totals["failed"] += 1
+            state.finish(exc=err)
+            return
         done = self._ctl.finish_reason(slot) is not None
         piece = self._pieces[slot].next(self._ctl, slot, final=done)
         if piece.text or piece.tokens:

@@ -312,3 +312,24 @@ def test_many_threads_submit_cancel_and_abandon(tiny_dense_path):
         ref = eng.submit(PROMPTS[0], max_tokens=20, drafter="plain").result(30).tokens
     with Engine(tiny_dense_path, n_slots=1, n_ctx=512) as fresh:
         assert fresh.submit(PROMPTS[0], max_tokens=20).result(30).tokens == ref
+
+
+def test_a_failing_drafter_fails_only_its_request(tiny_dense_path):
+    class Boom(specdec.Drafter):
+        def propose(self, seq, last_token, n_max):
+            if len(self.history(seq)) > 12:
+                raise RuntimeError("boom")
+            return [last_token]
+
+    with Engine(tiny_dense_path, drafters={"boom": Boom("boom"), "ngram": "ngram"},
+                default_drafter="ngram", n_slots=3, n_ctx=512) as eng:
+        bad = eng.submit(PROMPTS[0], max_tokens=50, drafter="boom")
+        good = [eng.submit(p, max_tokens=50) for p in PROMPTS[1:3]]
+        with pytest.raises(specdec.DrafterError, match="boom"):
+            bad.result(30)
+        with pytest.raises(specdec.DrafterError):
+            list(bad)
+        assert [h.result(30).finish_reason for h in good] == ["length", "length"]
+        assert eng.stats()["failed"] == 1
+        alone = [eng.submit(p, max_tokens=50).result(30).tokens for p in PROMPTS[1:3]]
+        assert [h.result().tokens for h in good] == alone
