@@ -23,7 +23,7 @@
 //
 // This is the one place specdec writes a field of llama.cpp's llama_context: through the
 // const reference of get_cparams() (the object itself is not const), at the pinned commit,
-// for the archs whose graph code was read for it (RS_TRIM_ARCHS in _core.pyx).
+// for the archs whose graph code was read for it (ROLLBACK_TRIM_ARCHS in _archs.py).
 #pragma once
 
 #include <cstdint>

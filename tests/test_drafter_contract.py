@@ -342,6 +342,6 @@ def test_guarded_override_of_mtp_reads_the_target_rows(bigram_tiny_path):
 
     plain = Decoder(bigram_tiny_path, n_ctx=256).generate([1, 2, 3], max_tokens=24)
     dec = Decoder(bigram_tiny_path, drafter=Amended(), n_max=3, n_ctx=256, drafter_timeout=30.0)
-    assert isinstance(dec.drafters[0], GuardedDrafter) and dec.ctx.nextn == "dense"
+    assert isinstance(dec.drafters[0], GuardedDrafter) and dec.ctx.mtp_hidden == "dense"
     res = dec.generate([1, 2, 3], max_tokens=24)
     assert res.tokens == plain.tokens and res.stats.accepted > 0
