@@ -412,25 +412,25 @@ class Engine:
         try:
             self._ctl.step()
         except Exception as e:
-            # a decode or a drafter failed: the round's requests fail, the engine goes on
+            # a decode failed, or a drafter after it: the round's requests fail (their memory
+            # may be mid-change), the engine goes on
             for slot, state in list(self._running.items()):
-                self._ctl.leave(slot)
-                del self._running[slot]
-                with self._cv:
-                    self._totals["failed"] += 1
-                state.finish(exc=e)
+                self._fail(slot, state, e)
             return
         for slot, state in list(self._running.items()):
             self._deliver(slot, state)
 
+    def _fail(self, slot: int, state: _State, exc: BaseException) -> None:
+        self._ctl.leave(slot)
+        del self._running[slot]
+        with self._cv:
+            self._totals["failed"] += 1
+        state.finish(exc=exc)
+
     def _deliver(self, slot: int, state: _State) -> None:
         err = self._ctl.error(slot)
-        if err is not None:     # its drafter failed: this request fails, the others go on
-            self._ctl.leave(slot)
-            del self._running[slot]
-            with self._cv:
-                self._totals["failed"] += 1
-            state.finish(exc=err)
+        if err is not None:     # its drafter failed while drafting: the others go on
+            self._fail(slot, state, err)
             return
         done = self._ctl.finish_reason(slot) is not None
         piece = self._pieces[slot].next(self._ctl, slot, final=done)
