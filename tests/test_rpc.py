@@ -7,7 +7,6 @@ LM head, MTP hidden rows, rollback, checkpoints, exact mode) must give the local
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import sys
@@ -18,46 +17,17 @@ import pytest
 import specdec
 from specdec import Batch, Context, Decoder, Model, RPCError
 from specdec.placement import Placement, parse_rpc_servers
+from specdec.testing.local_rpc import LocalRpcServers, free_port, start_rpc_server
 
 TEXT = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
         "fibonacci(n - 2)\n\n\ndef fibonacci(n):\n")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_server(port: int) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "specdec", "rpc-server", "--port", str(port),
-                             "--threads", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            cwd=tempfile.gettempdir())
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"rpc-server on port {port} exited ({proc.returncode})")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return proc
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"rpc-server on port {port} did not start")
-
-
 @pytest.fixture(scope="module")
 def servers():
     """Two RPC servers on 127.0.0.1: a 'host:port,host:port' string."""
-    procs = []
-    try:
-        ports = [_free_port(), _free_port()]
-        procs = [_start_server(p) for p in ports]
-        yield ",".join(f"127.0.0.1:{p}" for p in ports)
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
+    with LocalRpcServers(2) as cluster:
+        yield cluster.endpoints
 
 
 # --- options this build cannot honour, and bad values: clear errors before anything loads ---
@@ -118,7 +88,7 @@ def test_placement_goes_to_model_not_decoder_when_model_given(gemma):
 def test_unreachable_server_is_an_error(gemma_path):
     t0 = time.time()
     with pytest.raises(RPCError, match="cannot connect"):
-        Model(gemma_path, n_gpu_layers=-1, rpc_servers=f"127.0.0.1:{_free_port()}")
+        Model(gemma_path, n_gpu_layers=-1, rpc_servers=f"127.0.0.1:{free_port()}")
     assert time.time() - t0 < 30
     assert Decoder(gemma_path).generate("Hi", max_tokens=2).tokens   # the process goes on
 
@@ -128,7 +98,7 @@ def test_server_options(servers):
     with pytest.raises(ValueError, match="port"):
         rpc_serve("127.0.0.1", 0)
     with pytest.raises(ValueError, match="no device"):
-        rpc_serve("127.0.0.1", _free_port(), devices=["NoSuchGPU"])
+        rpc_serve("127.0.0.1", free_port(), devices=["NoSuchGPU"])
     with pytest.raises(ValueError, match="split_mode='row'"):
         Model(specdec.default_model_path(), n_gpu_layers=2, split_mode="row", rpc_servers=servers)
     with pytest.raises(ValueError, match="tensor_split has 3"):
@@ -319,8 +289,8 @@ def test_recurrent_rollback_remote(servers, tiny_qwen35_path):
 # --- a server that dies -------------------------------------------------------------------
 
 def test_killed_server_raises_and_process_goes_on(servers, gemma_path):
-    port = _free_port()
-    proc = _start_server(port)
+    port = free_port()
+    proc = start_rpc_server(port)
     try:
         dec = Decoder(gemma_path, drafter="ngram", n_gpu_layers=-1,
                       rpc_servers=f"127.0.0.1:{port}")
@@ -349,8 +319,8 @@ def test_killed_server_raises_and_process_goes_on(servers, gemma_path):
 def test_cli_rpc_flags(gemma_path):
     # a server of its own: a server takes one client at a time, and this process holds the
     # module's servers
-    port = _free_port()
-    proc = _start_server(port)
+    port = free_port()
+    proc = start_rpc_server(port)
     try:
         out = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path,
                               "-p", TEXT, "-n", "8", "-d", "ngram", "-ngl", "10", "--rpc",

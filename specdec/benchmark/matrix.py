@@ -51,6 +51,8 @@ class Case:
     arch: str = "qwen35"             # bigram: qwen35 or qwen35moe
     dtype: str = ""                  # bigram: weight type ("" = the size's default, F16 for mid)
     interleave: int = 0              # requests per adaptive method timed round by round with plain
+    rpc_delay_ms: Optional[float] = None   # every layer on two local RPC servers behind a proxy
+                                           # adding this one-way delay; None: local
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,20 @@ def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
                 size, acc, arch, dtype, interleave)
 
 
+# llama.cpp's RPC engine: every layer of the target on two local ``specdec rpc-server``s (a
+# layer split, as over two machines), each message delayed by a user-space proxy (no tc netem
+# here). A decode pays network round trips whatever its row count, so a verify of k+1 rows
+# costs little more than one token: the case where speculation should pay most.
+RPC_DELAYS_MS = (0.0, 0.5, 2.0)
+
+
+def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
+    methods = (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
+               _s("suffix", "suffix", 16, adaptive=True),
+               _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"))
+    return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
+
+
 def quick() -> Matrix:
     """Every ratio of the note in one run, under 10 minutes on 2 cores: short prompts (the
     prompt pass is most of a short run's time), the strongest llama.cpp n-gram modes."""
@@ -138,7 +154,9 @@ def quick() -> Matrix:
     mtp = tuple(_mtp_case(a, n, "mid", 128, dtype=dt, interleave=4)
                 for a, n, dt in ((0.9, (3,), ""), (0.7, (2,), ""), (0.5, (1,), ""),
                                  (0.7, (2,), "q8_0")))
-    return Matrix("quick", (gemma,) + mtp, reps=2, check_tokens=48, bench_reps=1)
+    # RPC at the largest delay only (``--full`` sweeps them)
+    rpc = _rpc_case(RPC_DELAYS_MS[-1], _pick(["code-api-head", "repeat-passage"]), 128)
+    return Matrix("quick", (gemma,) + mtp + (rpc,), reps=2, check_tokens=48, bench_reps=1)
 
 
 def full() -> Matrix:
@@ -169,7 +187,9 @@ def full() -> Matrix:
     mtp = tuple(_mtp_case(a, (1, 2, 3, 4), "mid", 256, dtype=dt, interleave=6)
                 for dt in ("", "q8_0") for a in (0.9, 0.7, 0.5))
     moe = _mtp_case(0.9, (1, 2, 3), "mid", 256, arch="qwen35moe", interleave=6)
-    return Matrix("full", (gemma, layerskip) + mtp + (moe,), reps=3, check_tokens=128)
+    rpc = tuple(_rpc_case(d, _pick(["code-api", "repeat-passage", "records-csv", "records-jsonl"]),
+                          256) for d in RPC_DELAYS_MS)
+    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + rpc, reps=3, check_tokens=128)
 
 
 def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True, interleave: int = 0,
@@ -214,4 +234,4 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 
 __all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select", "override",
-           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED"]
+           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "RPC_DELAYS_MS"]

@@ -16,7 +16,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from . import lcp_build, llama_tools
 
@@ -28,9 +28,10 @@ class PeerUnavailable(RuntimeError):
 
 
 def llama_bench(model: str | os.PathLike[str], n_gen: int, *, threads: int = 2,
-                reps: int = 2) -> float:
+                reps: int = 2, extra: Sequence[str] = ()) -> float:
     """Plain decode tok/s by ``llama-bench`` (mean over ``reps`` after its own warm-up)."""
-    return float(llama_tools.run_bench(model, n_gen=n_gen, threads=threads, reps=reps)["tok_s_mean"])
+    return float(llama_tools.run_bench(model, n_gen=n_gen, threads=threads, reps=reps,
+                                       extra=extra)["tok_s_mean"])
 
 
 class LcpWorker:

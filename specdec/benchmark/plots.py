@@ -188,13 +188,46 @@ def oracle(rows: List[Row], path: Path) -> Path:
     return _save(plt, fig, path)
 
 
+def rpc_latency(rows: List[Row], delays: Dict[str, float], path: Path) -> Path:
+    """Speedup over the same side's plain decoding against the one-way network delay of the
+    RPC cases: one line per method."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    lines: Dict[str, List[tuple]] = {}
+    side_of: Dict[str, str] = {}
+    for case, rs in _cases(rows).items():
+        if case not in delays:
+            continue
+        c = _Case(case, rs)
+        for m in c.methods:
+            v = c.speedup(m) if c.meta[m].family != "plain" else 0.0
+            if v > 0:
+                lines.setdefault(m, []).append((delays[case], v))
+                side_of[m] = c.meta[m].side
+    for m, pts in sorted(lines.items()):
+        pts.sort()
+        ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o",
+                ls="-" if side_of[m] == SPECDEC else "--", label=m)
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xlabel("one-way delay per message (ms), every layer on 2 local RPC servers")
+    ax.set_ylabel("speedup over the same side's plain decoding")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_all(results: Dict[str, Any], out_dir: Path) -> List[Path]:
     """Write every plot into ``out_dir``; returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     # the interleaved rows (adaptive vs plain in turn) are a separate measurement, in the report
     rows = [r for r in rows_of(results) if not is_interleaved(r.prompt)]
+    delays = {name: c["rpc_delay_ms"] for name, c in results.get("settings", {}).get("cases", {}).items()
+              if c.get("rpc_delay_ms") is not None}
     return [tok_s_by_category(rows, out_dir / "tok_s_by_category.png"),
             speedup(rows, out_dir / "speedup.png"),
             acceptance_by_position(rows, out_dir / "acceptance_by_position.png"),
             mtp_speedup_vs_acceptance(rows, out_dir / "mtp_speedup_vs_acceptance.png")] + (
-                [oracle(rows, out_dir / "oracle.png")] if any(oracle_summary(rows).values()) else [])
+                [oracle(rows, out_dir / "oracle.png")] if any(oracle_summary(rows).values()) else []
+            ) + ([rpc_latency(rows, delays, out_dir / "rpc_latency.png")] if delays else [])

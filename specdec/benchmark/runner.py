@@ -17,11 +17,12 @@ runner reads it, never the library.
 """
 from __future__ import annotations
 
+import gc
 import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import api
 from .._progress import progress
@@ -181,6 +182,8 @@ class Runner:
         self._total = 0
         self._bar: Any = None     # a tqdm bar over the measurements, while run() runs
         self._case_n_ctx = 4096
+        self._placement: Dict[str, Any] = {}    # Model placement of the running case (RPC)
+        self._peer_flags: Tuple[str, ...] = ()  # the same placement in llama.cpp's flags
 
     # --- bookkeeping --------------------------------------------------------------------
 
@@ -236,10 +239,26 @@ class Runner:
                            exact=exact, n_ctx=n_ctx, n_threads=self.threads)
 
     def _run_case(self, case: Case) -> List[Row]:
+        if case.rpc_delay_ms is None:
+            return self._run_case_here(case)
+        from ..testing.local_rpc import LocalRpcServers
+        with LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as cluster:
+            # every layer remote on both sides (llama.cpp splits them by the devices' memory)
+            self._placement = {"n_gpu_layers": -1, "rpc_servers": cluster.endpoints}
+            self._peer_flags = ("--rpc", cluster.endpoints, "-ngl", "99")
+            self.log(f"{case.name}: 2 local RPC servers, {case.rpc_delay_ms:g} ms one-way delay "
+                     f"({cluster.endpoints})")
+            try:
+                return self._run_case_here(case)
+            finally:
+                self._placement, self._peer_flags = {}, ()
+                gc.collect()     # remote memory is freed while its servers still run
+
+    def _run_case_here(self, case: Case) -> List[Row]:
         target = self.models.target(case)
         draft = self.models.draft(case)
         mtp = any(m.family == "mtp" for m in case.methods)
-        model = Model(target, load_mtp=mtp)
+        model = Model(target, load_mtp=mtp, **self._placement)
         # exact mode runs on weights that are not repacked
         oracle = any(m.family == "oracle" for m in case.methods)
         exact_model = (Model(target, load_mtp=mtp, use_extra_bufts=False)
@@ -298,7 +317,8 @@ class Runner:
             if lb not in errors:
                 try:
                     theirs.tok_s_runs.append(peers.llama_bench(target, case.n_gen, threads=self.threads,
-                                                               reps=self.m.bench_reps))
+                                                               reps=self.m.bench_reps,
+                                                               extra=self._peer_flags))
                 except Exception as e:  # noqa: BLE001
                     errors[lb] = str(e)
             self._tick(f"{case.name} {BOS_PROMPT} llama-bench")
@@ -410,7 +430,8 @@ class Runner:
             return Sample(out["tok_s"], out["tokens"], out["text"], out.get("drafted", 0),
                           out.get("accepted", 0))
         out = llama_tools.run_spec_simple(
-            target, p.text, case.n_gen, spec_type=m.drafter, n_max=m.n_max, extra=m.extra,
+            target, p.text, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
+            extra=m.extra + self._peer_flags,
             echo=echo, draft=draft if m.family == "draft" else None, n_ctx=self._case_n_ctx,
             threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])
@@ -418,6 +439,13 @@ class Runner:
     def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:
         """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens."""
         n = self.m.check_tokens
+        if case.rpc_delay_ms is not None:
+            # exact mode needs batch-invariant kernels, which the servers do not promise; the
+            # local cases check the same drafters, and ``match`` compares with remote plain
+            for r in rows:
+                if r.side == SPECDEC and r.status == "ok" and r.prompt != BOS_PROMPT:
+                    r.check = "n/a (remote)"
+            return
         try:
             model = Model(target, load_mtp=mtp, use_extra_bufts=False)
         except Exception as e:  # noqa: BLE001
@@ -505,7 +533,8 @@ class Runner:
                          "threads": self.threads, "inject_sleep_ms": self.sleep_s * 1000,
                          "cases": {c.name: {"n_gen": c.n_gen, "model": c.model,
                                             "accuracy": c.accuracy, "arch": c.arch, "dtype": c.dtype,
-                                            "interleave": c.interleave}
+                                            "interleave": c.interleave,
+                                            "rpc_delay_ms": c.rpc_delay_ms}
                                    for c in self.m.cases}},
             "wall_s": round(time.monotonic() - self._t0, 1),
             "rows": [r.to_dict() for r in rows],

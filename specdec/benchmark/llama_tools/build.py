@@ -53,6 +53,7 @@ CMAKE_DEFINES: dict[str, str] = {
     "LLAMA_BUILD_SERVER": "OFF",
     "LLAMA_BUILD_APP": "OFF",
     "GGML_CCACHE": "OFF",  # we set the launcher ourselves, see _configure_args
+    "GGML_RPC": "ON",  # the RPC cases: the tools' --rpc, as specdec's default build has it
 }
 
 #: tools whose targets exist only with a CMake option the configuration above leaves off;

@@ -88,16 +88,17 @@ def run_simple(
 
 
 def run_bench(model: str | os.PathLike[str], *, n_gen: int = 128, threads: int = 2,
-              reps: int = 3) -> dict[str, Any]:
+              reps: int = 3, extra: Sequence[str] = ()) -> dict[str, Any]:
     """Plain decode speed from ``llama-bench -p 0 -n n_gen -t threads -r reps -o json``.
 
     llama-bench runs one warm-up, then ``reps`` timed generations of ``n_gen``
-    tokens from an empty context, one token per decode. Returns ``tok_s_mean``
+    tokens from an empty context, one token per decode (``extra``: more flags, e.g.
+    ``--rpc``). Returns ``tok_s_mean``
     and ``tok_s_std`` (llama-bench's own avg_ts / stddev_ts over the reps),
     plus the raw per-rep ``samples_ts``.
     """
     cmd = [str(tool("llama-bench")), "-m", str(model), "-p", "0", "-n", str(n_gen),
-           "-t", str(threads), "-r", str(reps), "-o", "json"]
+           "-t", str(threads), "-r", str(reps), "-o", "json", *extra]
     res = subprocess.run(cmd, capture_output=True)
     check(res, cmd)
     rows = json.loads(res.stdout)
