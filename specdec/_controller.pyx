@@ -353,8 +353,8 @@ cdef class Controller:
                 s.policy.observe_draft_time(k_cap, t1 - self.t_sync)
             s.k = s.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
             s.t_asked = t1 - self.t_sync
-            s.pred_e = s.policy.pred_e
-            s.pred_t = s.policy.pred_t if k_cap > 0 else 0.0   # no drafter asked: no sample
+            s.pred_e = s.policy.predicted_tokens
+            s.pred_t = s.policy.predicted_time if k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:

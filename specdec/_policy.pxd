@@ -1,4 +1,5 @@
 # cython: language_level=3
+"""The draft-length policy as the controller calls it (see ``_policy.pyx``)."""
 from libcpp.vector cimport vector
 
 cdef class DraftPolicy:
@@ -21,25 +22,27 @@ cdef class DraftPolicy:
     cdef long n_drafts_seen          # rounds that verified a draft
     # calibration: decayed sums of what drafting rounds yielded and cost, measured and as
     # the model predicted them (catch-up decodes and other costs the model leaves out)
-    cdef double cal_tok, cal_t, cal_tok_pred, cal_t_pred, cal_n
-    cdef readonly double pred_e, pred_t  # the last choose(): expected tokens, round time
-    cdef double _load(self, double ref) noexcept
-    cdef double _plain_now(self) noexcept
-    cdef double _tv(self, int k) noexcept
-    cdef double _t(self, int k) noexcept
-    cdef double _t_est(self, int k) noexcept
-    cdef double _td(self, int c) noexcept
+    cdef double cal_tokens, cal_time, cal_tokens_predicted, cal_time_predicted, cal_rounds
+    # the last choose(): the round's expected tokens and time (0: not measured yet)
+    cdef readonly double predicted_tokens, predicted_time
+    cdef double _load_factor(self, double ref) noexcept
+    cdef double _plain_time_now(self) noexcept
+    cdef double _verify_measured(self, int k) noexcept
+    cdef double _verify_time(self, int k) noexcept
+    cdef double _verify_time_estimate(self, int k) noexcept
+    cdef double _draft_time(self, int c) noexcept
     cdef double _alpha(self, int i) noexcept
     cdef double _alpha_after(self, int i, double prior) noexcept
-    cdef double _expected(self, int k) noexcept
-    cdef bint _free(self) noexcept
-    cdef double _rate(self, int k) noexcept
+    cdef double _expected_tokens(self, int k) noexcept
+    cdef bint _drafting_nearly_free(self) noexcept
+    cdef double _token_rate(self, int k) noexcept
     cdef int _best_cap(self, double * gain) noexcept
     cdef int _probe_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
-    cdef double _calib(self) noexcept
+    cdef double _calibration(self) noexcept
     cdef void _predict(self, int k, double t_drafted) noexcept
-    cdef void observe_round(self, double pred_e, double pred_t, int tokens, double t) noexcept
+    cdef void observe_round(self, double predicted_tokens, double predicted_time, int tokens,
+                            double t) noexcept
     cdef void observe_draft_time(self, int cap, double t) noexcept

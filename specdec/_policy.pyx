@@ -10,10 +10,10 @@ the length that maximises acceptance is not the one that maximises speed.
 
 The adaptive policy keeps, per draft position, the conditional acceptance rate
 ``alpha_i`` (decayed counts with a prior worth 4 trials, so one early miss does not
-switch a good drafter off; the prior of position i > 1 is the estimate at i - 1); per draft length the measured verify time ``tv(k)`` (the
-decode, the lazy LM head's passes and the rollback); and per cap the
-measured time of the drafter call ``td(c)``. The expected tokens of a round that
-verifies ``k`` drafts are
+switch a good drafter off; the prior of position i > 1 is the estimate at i - 1); per
+draft length the measured verify time ``tv(k)`` (the decode, the lazy LM head's passes
+and the rollback); and per cap the measured time of the drafter call ``td(c)``. The
+expected tokens of a round that verifies ``k`` drafts are
 
     E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i
 
@@ -70,8 +70,7 @@ cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) n
     The first samples are averaged (weight ``1/n``) before the EMA takes over, and once
     there are three, a sample is clipped at twice the estimate: one slow first decode,
     or a preemption, must not set a baseline that the rare plain rounds then take
-    dozens of rounds to correct (it had a 70%-acceptance MTP head drafting at a loss
-    for whole requests)."""
+    dozens of rounds to correct."""
     if n[i] >= 3 and x > 2.0 * t[i]:
         x = 2.0 * t[i]
     t[i] = x if n[i] == 0 else t[i] + _weight(n[i]) * (x - t[i])
@@ -109,41 +108,44 @@ cdef class DraftPolicy:
         self.probe_gap = PROBE_EVERY
         self.last_probe = 0
         self.n_drafts_seen = 0
-        self.cal_tok = self.cal_t = self.cal_tok_pred = self.cal_t_pred = self.cal_n = 0.0
-        self.pred_e = self.pred_t = 0.0
+        self.cal_tokens = self.cal_time = self.cal_rounds = 0.0
+        self.cal_tokens_predicted = self.cal_time_predicted = 0.0
+        self.predicted_tokens = self.predicted_time = 0.0
 
-    cdef double _load(self, double ref) noexcept:
+    cdef double _load_factor(self, double ref) noexcept:
         """How much slower plain rounds are now than when a time with plain-round reference
-        ``ref`` was measured. A shared machine's load drifts; a draft length measured long
-        ago (under less load) would look cheap next to a plain round measured just now, and
-        drafting would look paying while it ran at 0.8x plain."""
+        ``ref`` was measured. A shared machine's load drifts: a draft length measured long
+        ago, under less load, must not look cheap next to a plain round measured just now."""
         if ref <= 0.0 or self.n_verify[0] == 0:
             return 1.0
         return self.t_verify[0] / ref
 
-    cdef inline double _plain_now(self) noexcept:
+    cdef inline double _plain_time_now(self) noexcept:
         """The plain-round time a new sample is stored with (0: none measured yet)."""
         return self.t_verify[0] if self.n_verify[0] > 0 else 0.0
 
-    cdef double _tv(self, int k) noexcept:
+    cdef double _verify_measured(self, int k) noexcept:
         """Measured verify time of ``k`` drafts, brought to the current load."""
-        return self.t_verify[k] if k == 0 else self.t_verify[k] * self._load(self.ref_verify[k])
+        if k == 0:
+            return self.t_verify[0]
+        return self.t_verify[k] * self._load_factor(self.ref_verify[k])
 
-    cdef double _t(self, int k) noexcept:
+    cdef double _verify_time(self, int k) noexcept:
         """Verify time for ``k`` drafts (``k + 1`` rows), never below a plain round's: more
-        rows never cost less than one, and a noisy sample that said so made a drafter whose
-        every draft is rejected look worth asking on a tiny model."""
-        cdef double t = self._t_est(k)
+        rows never cost less than one, whatever a noisy sample says (on a tiny model such a
+        sample would make a drafter whose every draft is rejected look worth asking)."""
+        cdef double t = self._verify_time_estimate(k)
         if k > 0 and self.n_verify[0] > 0 and t < self.t_verify[0]:
             return self.t_verify[0]
         return t
 
-    cdef double _t_est(self, int k) noexcept:
+    cdef double _verify_time_estimate(self, int k) noexcept:
         """Verify time for ``k`` drafts: measured, else interpolated from the measured
         lengths (or extrapolated, +30% a row)."""
         if self.n_verify[k] > 0:
-            return self._tv(k)
+            return self._verify_measured(k)
         cdef int lo = -1, hi = -1, j
+        cdef double t_lo
         for j in range(k - 1, -1, -1):
             if self.n_verify[j] > 0:
                 lo = j
@@ -153,32 +155,33 @@ cdef class DraftPolicy:
                 hi = j
                 break
         if lo >= 0 and hi >= 0:
-            return self._tv(lo) + (self._tv(hi) - self._tv(lo)) * (k - lo) / (hi - lo)
+            t_lo = self._verify_measured(lo)
+            return t_lo + (self._verify_measured(hi) - t_lo) * (k - lo) / (hi - lo)
         if lo >= 0:
-            return self._tv(lo) * (1.0 + 0.3 * (k - lo))
+            return self._verify_measured(lo) * (1.0 + 0.3 * (k - lo))
         if hi >= 0:
-            return self._tv(hi) / (1.0 + 0.3 * (hi - k))
+            return self._verify_measured(hi) / (1.0 + 0.3 * (hi - k))
         return 1.0 + 0.3 * k
 
-    cdef double _td(self, int c) noexcept:
+    cdef double _draft_time(self, int c) noexcept:
         """Drafter time when asked for ``c`` tokens (0 for ``c == 0``: no call)."""
         if c <= 0:
             return 0.0
         if self.n_draft_cap[c] > 0:
-            return self.t_draft_cap[c] * self._load(self.ref_draft[c])
+            return self.t_draft_cap[c] * self._load_factor(self.ref_draft[c])
         # unmeasured: proportional to the cap from the nearest measured one
         cdef int j
         for j in range(1, self.n_max + 1):
             if c - j >= 1 and self.n_draft_cap[c - j] > 0:
-                return self._td(c - j) * c / (c - j)
+                return self._draft_time(c - j) * c / (c - j)
             if c + j <= self.n_max and self.n_draft_cap[c + j] > 0:
-                return self._td(c + j) * c / (c + j)
+                return self._draft_time(c + j) * c / (c + j)
         return 0.0
 
     cdef double _alpha(self, int i) noexcept:
         """P(draft i accepted | drafts < i accepted): decayed counts plus a prior, which
-        for i > 1 is the estimate at i - 1 (a fixed optimistic prior made rarely tried
-        deep positions look good and had a 70%-acceptance MTP head draft 3 at a loss)."""
+        for i > 1 is the estimate at i - 1 (a fixed optimistic prior would make rarely tried
+        deep positions look good)."""
         cdef double a = PRIOR_ALPHA
         cdef int j
         for j in range(1, i + 1):
@@ -189,7 +192,7 @@ cdef class DraftPolicy:
         """alpha_i from its decayed counts and ``prior`` (alpha_{i-1}, or PRIOR_ALPHA)."""
         return (self.s_alpha[i] + prior * PRIOR_N) / (self.n_alpha[i] + PRIOR_N)
 
-    cdef double _expected(self, int k) noexcept:
+    cdef double _expected_tokens(self, int k) noexcept:
         cdef double e = 1.0, p = 1.0, a = PRIOR_ALPHA
         cdef int i
         for i in range(1, k + 1):
@@ -198,20 +201,20 @@ cdef class DraftPolicy:
             e += p
         return e
 
-    cdef bint _free(self) noexcept:
+    cdef bint _drafting_nearly_free(self) noexcept:
         """Whether drafting is nearly free (the full cap costs < 5% of a plain round)."""
-        return self._td(self.n_max) < FREE_DRAFT * self._t(0)
+        return self._draft_time(self.n_max) < FREE_DRAFT * self._verify_time(0)
 
-    cdef double _rate(self, int k) noexcept:
-        return self._expected(k) / self._t(k)
+    cdef double _token_rate(self, int k) noexcept:
+        return self._expected_tokens(k) / self._verify_time(k)
 
     cdef int _best_cap(self, double * gain) noexcept:
         """The cap to ask for (0: none pays); ``gain`` gets the best drafting rate over the
         plain rate, whether it pays or not."""
         cdef int c, best = 0
-        cdef double r, r_max = 0.0, plain = self._rate(0), cal = self._calib()
+        cdef double r, r_max = 0.0, plain = self._token_rate(0), cal = self._calibration()
         for c in range(1, self.n_max + 1):
-            r = cal * self._expected(c) / (self._td(c) + self._t(c))
+            r = cal * self._expected_tokens(c) / (self._draft_time(c) + self._verify_time(c))
             if r > r_max:
                 r_max = r
                 best = c
@@ -223,14 +226,14 @@ cdef class DraftPolicy:
     cdef int _probe_cap(self) noexcept:
         """The best cap with alpha_i >= alpha_1 at every depth: a probe of one token
         refreshes alpha_1 only, so deeper estimates that a few early misses pushed down
-        would never be tried again (it kept a 90%-acceptance MTP head off for good)."""
+        would never be tried again."""
         cdef int c, best = 1
         cdef double a1 = self._alpha(1), a = PRIOR_ALPHA, e = 1.0, p = 1.0, r, best_rate = 0.0
         for c in range(1, self.n_max + 1):
             a = self._alpha_after(c, a)
             p *= a if a > a1 else a1
             e += p
-            r = e / (self._td(c) + self._t(c))
+            r = e / (self._draft_time(c) + self._verify_time(c))
             if r > best_rate:
                 best_rate = r
                 best = c
@@ -265,13 +268,13 @@ cdef class DraftPolicy:
             self.exploring = True
             # a free drafter is probed with everything it has, a costly one with the cap
             # that would pay best if deeper drafts were as good as the first
-            best = self.n_max if self._free() else self._probe_cap()
+            best = self.n_max if self._drafting_nearly_free() else self._probe_cap()
         else:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
             if self.rounds % EXPLORE_EVERY == 0:
                 self.exploring = True
-                best = self.n_max if self._free() else min(self.n_max, best + 1)
+                best = self.n_max if self._drafting_nearly_free() else min(self.n_max, best + 1)
         self.last_cap = best
         return best
 
@@ -293,9 +296,9 @@ cdef class DraftPolicy:
             self.current = best
             self._predict(best, t_drafted)
             return best
-        cdef double r, best_rate = 1.0 / (t_drafted + self._t(0))
+        cdef double r, best_rate = 1.0 / (t_drafted + self._verify_time(0))
         for k in range(1, proposed + 1):
-            r = self._expected(k) / (t_drafted + self._t(k))
+            r = self._expected_tokens(k) / (t_drafted + self._verify_time(k))
             if r > best_rate:
                 best_rate = r
                 best = k
@@ -304,10 +307,10 @@ cdef class DraftPolicy:
         return best
 
     cdef void _predict(self, int k, double t_drafted) noexcept:
-        """What the round verifying ``k`` drafts should yield and cost (``pred_t`` 0 while
-        that length's verify time is unmeasured: a guess is no base for calibration)."""
-        self.pred_e = self._expected(k)
-        self.pred_t = t_drafted + self._t(k) if self.n_verify[k] > 0 else 0.0
+        """What the round verifying ``k`` drafts should yield and cost (``predicted_time`` 0
+        while that length's verify time is unmeasured: a guess is no base for calibration)."""
+        self.predicted_tokens = self._expected_tokens(k)
+        self.predicted_time = t_drafted + self._verify_time(k) if self.n_verify[k] > 0 else 0.0
 
     cdef void observe(self, int k, int a, double t_dec) noexcept:
         cdef int i
@@ -316,7 +319,8 @@ cdef class DraftPolicy:
         if k == 0:
             _ema(self.t_verify, self.n_verify, 0, t_dec)
         else:
-            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec, self._plain_now())
+            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
+                     self._plain_time_now())
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0
@@ -324,40 +328,43 @@ cdef class DraftPolicy:
         if k > 0:
             self.n_drafts_seen += 1
 
-    cdef double _calib(self) noexcept:
+    cdef double _calibration(self) noexcept:
         """Measured over predicted token rate of the drafting rounds (1 until 8 were seen, then
         shrunk towards 1 by 16 rounds' worth; within [0.5, 1.1]).
 
         The model's estimates are averages over rounds unlike the ones it is asked
         about (verify times measured in exploration rounds, acceptance that lags the
-        text): near break-even that alone made drafting look paying while it ran 10%
-        below plain. Scaling the drafting rates by what drafting rounds really
-        yielded closes that gap, and recovers as soon as drafting really pays."""
-        if self.cal_n < 7.0 or self.cal_t <= 0.0 or self.cal_tok_pred <= 0.0:   # 8 decayed rounds
+        text): near break-even they can make drafting look paying while it runs below
+        plain. Scaling the drafting rates by what drafting rounds really yielded closes
+        that gap, and recovers as soon as drafting really pays."""
+        # 8 decayed rounds before any verdict
+        if self.cal_rounds < 7.0 or self.cal_time <= 0.0 or self.cal_tokens_predicted <= 0.0:
             return 1.0
-        cdef double c = (self.cal_tok / self.cal_t) / (self.cal_tok_pred / self.cal_t_pred)
+        cdef double c = ((self.cal_tokens / self.cal_time)
+                         / (self.cal_tokens_predicted / self.cal_time_predicted))
         # shrunk towards 1 by the rounds seen: a round's token count is noisy (8 rounds leave
-        # ~15% of noise, which turned a paying 70%-acceptance q4_0 head off); above 1 only
-        # a little: an optimistic error is the one that costs speed
-        c = 1.0 + (c - 1.0) * self.cal_n / (self.cal_n + 16.0)
+        # ~15% of noise, enough to turn a paying drafter off); above 1 only a little: an
+        # optimistic error is the one that costs speed
+        c = 1.0 + (c - 1.0) * self.cal_rounds / (self.cal_rounds + 16.0)
         return min(1.1, max(0.5, c))
 
-    cdef void observe_round(self, double pred_e, double pred_t, int tokens, double t) noexcept:
+    cdef void observe_round(self, double predicted_tokens, double predicted_time, int tokens,
+                            double t) noexcept:
         """A round that asked the drafter: tokens it gave and its whole time (drafting,
         verification), against the prediction of ``choose``."""
-        if not self.adaptive or pred_t <= 0.0 or t <= 0.0:
+        if not self.adaptive or predicted_time <= 0.0 or t <= 0.0:
             return
-        self.cal_tok = DECAY * self.cal_tok + tokens
-        self.cal_t = DECAY * self.cal_t + t
-        self.cal_tok_pred = DECAY * self.cal_tok_pred + pred_e
-        self.cal_t_pred = DECAY * self.cal_t_pred + pred_t
-        self.cal_n = DECAY * self.cal_n + 1.0
+        self.cal_tokens = DECAY * self.cal_tokens + tokens
+        self.cal_time = DECAY * self.cal_time + t
+        self.cal_tokens_predicted = DECAY * self.cal_tokens_predicted + predicted_tokens
+        self.cal_time_predicted = DECAY * self.cal_time_predicted + predicted_time
+        self.cal_rounds = DECAY * self.cal_rounds + 1.0
 
     cdef void observe_draft_time(self, int cap, double t) noexcept:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t, self._plain_now())
+        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t, self._plain_time_now())
 
     # --- the same steps from Python, for tests that drive the policy by hand ---------------
 
@@ -370,24 +377,27 @@ cdef class DraftPolicy:
     def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0) -> None:
         """A whole round as the controller reports it: the drafter's time for the cap just
         asked (if any), the verification, and the calibration sample."""
-        cdef double pe = self.pred_e, pt = self.pred_t
+        cdef double pe = self.predicted_tokens, pt = self.predicted_time
         if self.last_cap > 0:
             self.observe_draft_time(self.last_cap, t_drafted)
         self.observe(k, a, t_verify)
         if self.last_cap > 0:
             self.observe_round(pe, pt, a + 1, t_drafted + t_verify)
 
-    def _py_observe_round(self, double pred_e, double pred_t, int tokens, double t) -> None:
-        self.observe_round(pred_e, pred_t, tokens, t)
+    def _py_observe_round(self, double predicted_tokens, double predicted_time, int tokens,
+                          double t) -> None:
+        self.observe_round(predicted_tokens, predicted_time, tokens, t)
 
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
                 # measured times, brought to the current load (0: not measured yet)
-                "t_verify": [self._tv(i) if self.n_verify[i] > 0 else 0.0
+                "t_verify": [self._verify_measured(i) if self.n_verify[i] > 0 else 0.0
                              for i in range(self.n_max + 1)],
-                "t_draft_cap": [self._td(i) if self.n_draft_cap[i] > 0 else 0.0
+                "t_draft_cap": [self._draft_time(i) if self.n_draft_cap[i] > 0 else 0.0
                                 for i in range(self.n_max + 1)],
-                "current": self.current, "cap": self.last_cap, "calibration": self._calib(),
+                "current": self.current, "cap": self.last_cap, "calibration": self._calibration(),
                 # the calibration's parts: drafting rounds' tokens and time, measured / predicted
-                "cal_tokens": self.cal_tok / self.cal_tok_pred if self.cal_tok_pred else 1.0,
-                "cal_time": self.cal_t / self.cal_t_pred if self.cal_t_pred else 1.0}
+                "cal_tokens": (self.cal_tokens / self.cal_tokens_predicted
+                               if self.cal_tokens_predicted else 1.0),
+                "cal_time": (self.cal_time / self.cal_time_predicted
+                             if self.cal_time_predicted else 1.0)}

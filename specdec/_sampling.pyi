@@ -1,6 +1,9 @@
+"""Type stubs for ``_sampling.pyx``: argmax, the RNG and the target distribution."""
 from typing import Dict
 
 import numpy.typing as npt
+
+def argmax_py(x: npt.ArrayLike) -> int: ...
 
 class Rng:
     def __init__(self, seed: int = 0) -> None: ...

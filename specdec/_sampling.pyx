@@ -15,6 +15,8 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+from .config import Sampling
+
 # a token whose logit is this far below the best has relative probability < e^-40:
 # dropping it changes no float32 probability
 DEF _CUTOFF = 40.0
@@ -112,6 +114,9 @@ cdef bint _desc(const pair[float, int32_t] & a, const pair[float, int32_t] & b) 
 cdef class Distribution:
 
     cdef int from_logits(self, const float * logits, int n_vocab, SamplingParams sp) except -1 nogil:
+        """The distribution of ``logits`` under ``sp``, whose values the API checked
+        (``config.Sampling``); asserted here, not checked again."""
+        assert sp.top_k >= 0 and 0.0 < sp.top_p <= 1.0 and 0.0 <= sp.min_p <= 1.0 and n_vocab > 0
         cdef vector[pair[float, int32_t]] cand
         cdef int i, n, keep
         cdef float mx = logits[0]
@@ -203,16 +208,19 @@ cdef class Distribution:
         return self.ids[0]
 
     # Python access, for tests and Python drafters
-    def set_logits(self, logits, *, float temperature=1.0, int top_k=0, float top_p=1.0,
-                   float min_p=0.0):
-        cdef float[::1] l = np.ascontiguousarray(logits, dtype=np.float32)
-        cdef SamplingParams sp
-        sp.temperature = temperature
-        sp.top_k = top_k
-        sp.top_p = top_p
-        sp.min_p = min_p
+    def set_logits(self, logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
+        """The target's distribution for ``logits`` (1-D): top-k, top-p and min-p, then
+        ``temperature`` (0 counts as 1 here: the distribution greedy decoding takes the
+        argmax of). The settings follow :class:`specdec.Sampling`'s rules."""
+        s = Sampling(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p)
+        cdef const float[::1] l = np.ascontiguousarray(logits, dtype=np.float32)
         if l.shape[0] == 0:
             raise ValueError("empty logits")
+        cdef SamplingParams sp
+        sp.temperature = s.temperature
+        sp.top_k = s.top_k
+        sp.top_p = s.top_p
+        sp.min_p = s.min_p
         self.from_logits(&l[0], l.shape[0], sp)
         return self
 

@@ -36,6 +36,14 @@ def test_distribution_matches_reference(temperature, top_k, top_p, min_p):
         assert d[k] == pytest.approx(ref[k], rel=1e-4, abs=1e-7)
 
 
+@pytest.mark.parametrize("bad", [{"top_k": -1}, {"top_p": 0.0}, {"top_p": 1.5}, {"min_p": -0.1},
+                                 {"temperature": -1.0}, {"temperature": float("nan")}])
+def test_distribution_settings_follow_sampling_rules(bad):
+    """set_logits checks its settings by specdec.Sampling's rules (one rule, one place)."""
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        Distribution().set_logits(np.zeros(8, np.float32), **bad)
+
+
 def test_rng_uniform_and_reproducible():
     a = [Rng(5).random() for _ in range(3)]
     r1, r2 = Rng(5), Rng(5)
