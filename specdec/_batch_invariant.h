@@ -27,6 +27,10 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 #include "llama-context.h"
+// ggml/src is not on the include path; llama.cpp/src (llama-context.h) is, beside it
+#include "../ggml/src/ggml-backend-impl.h"
+
+#include <string>
 
 static inline int sd_set_batch_invariant(llama_context * ctx, bool on) {
     ggml_backend_sched_t sched = ctx->get_sched();
@@ -54,4 +58,48 @@ static inline const char * sd_first_non_cpu_backend(llama_context * ctx) {
         }
     }
     return "";
+}
+
+// 1 when the backend is llama.cpp's RPC client (its kernels run on a server, by the server's
+// rules: batch-invariant only when the server computes with reference kernels, see below)
+static inline int sd_backend_is_rpc(ggml_backend_t b) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(b);
+    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
+    return reg && std::string(ggml_backend_reg_name(reg)) == "RPC";
+}
+
+// the number of the context's backends that are neither the CPU nor an RPC client
+static inline int sd_count_local_accelerators(llama_context * ctx) {
+    ggml_backend_sched_t sched = ctx->get_sched();
+    int n = 0;
+    for (int i = 0; i < ggml_backend_sched_get_n_backends(sched); i++) {
+        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
+        n += !ggml_backend_is_cpu(b) && !sd_backend_is_rpc(b);
+    }
+    return n;
+}
+
+// A CPU device whose backends compute with the reference kernels: what
+// `specdec rpc-server --batch-invariant` serves, so that rows computed on the server come out as
+// a local exact-mode context's do. It copies the CPU device (name, memory and buffer types stay
+// the CPU's, and the CPU's own functions read only its context) and replaces init_backend.
+struct sd_ref_cpu_device {
+    ggml_backend_device dev;          // first: the RPC server sees a ggml_backend_dev_t
+    ggml_backend_dev_t base;
+};
+
+static inline ggml_backend_t sd_ref_cpu_init_backend(ggml_backend_dev_t dev, const char * params) {
+    ggml_backend_dev_t base = reinterpret_cast<sd_ref_cpu_device *>(dev)->base;
+    ggml_backend_t b = base->iface.init_backend(base, params);
+    if (b) {
+        ggml_backend_cpu_set_use_ref(b, true);
+    }
+    return b;
+}
+
+// a process-lifetime wrapper of a CPU device (the RPC server never returns)
+static inline ggml_backend_dev_t sd_ref_cpu_device_of(ggml_backend_dev_t base) {
+    auto * w = new sd_ref_cpu_device{*base, base};
+    w->dev.iface.init_backend = sd_ref_cpu_init_backend;
+    return &w->dev;
 }

@@ -10,6 +10,9 @@ cdef cbool _load_progress(float progress, void * data) noexcept nogil:
     return not sd_stop_now(<const sd_stop_flag *> data)
 
 
+# __dealloc__ frees through self.model (remote or local, and the model must outlive it):
+# the cycle collector must not clear it first
+@cython.no_gc_clear
 cdef class Context:
     """Context(model, *, n_ctx=4096, n_batch=512, n_ubatch=None, n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rollback=0, mtp_hidden=None, flash_attn=None, swa_full=True, kv_unified=None, n_outputs_max=0, lazy_logits=False, batch_invariant=False, offload_kqv=None)
 --
@@ -26,6 +29,9 @@ cdef class Context:
     ``batch_invariant=True`` makes every row of a batch of 2 rows or more come out
     bit-identical whatever else the batch holds (exact mode): CPU backends only,
     weights not repacked (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``.
+    Layers on RPC servers compute by the servers' kernels: ``check_batch_invariance`` tests
+    them (``specdec rpc-server --batch-invariant`` makes them hold), and ``invariant_rows``
+    says how far that was shown.
 
     The context holds ``n_ctx`` positions (``n_ctx_seq`` per sequence), as asked: llama.cpp
     allocates whole multiples of 256, and the core refuses positions past the size asked for.
@@ -84,15 +90,18 @@ cdef class Context:
             why_s = _recent_errors()
             raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
         self.model = model
+        self.invariant_rows = 0
         if batch_invariant:
-            other = sd_first_non_cpu_backend(self.ctx).decode()
-            if other:
+            if sd_count_local_accelerators(self.ctx) > 0:
+                other = sd_first_non_cpu_backend(self.ctx).decode()
                 llama_free(self.ctx)
                 self.ctx = NULL
-                raise ValueError(f"batch_invariant (exact mode) holds on the CPU backend only; this "
-                                 f"context also computes on {other!r}, whose kernels are chosen "
-                                 f"by row count")
-            sd_set_batch_invariant(self.ctx, True)
+                raise ValueError(f"batch_invariant (exact mode) holds on CPU backends only (local, "
+                                 f"or RPC servers started with --batch-invariant); this context "
+                                 f"also computes on {other!r}, whose kernels are chosen by row "
+                                 f"count and not checked here")
+            # RPC servers compute by their own rules: check_batch_invariance() finds out
+            self.invariant_rows = 0 if sd_set_batch_invariant(self.ctx, True) else -1
         self.batch_invariant = batch_invariant
         self.mem = llama_get_memory(self.ctx)
         # llama.cpp allocates whole multiples of 256 positions; the context holds what was asked
@@ -697,3 +706,54 @@ cdef class Context:
     def perf_reset(self):
         self._alive()
         llama_perf_context_reset(self.ctx)
+
+    # --- exact mode over RPC ------------------------------------------------------------
+
+    def check_batch_invariance(self, int max_rows) -> int:
+        """Show that a row's logits do not depend on how many rows share its batch, for
+        batches of 2 to ``max_rows`` rows (every count up to 34, then around each power of
+        two, where kernels switch, and ``max_rows``), on sequence 0 of an empty context,
+        which it leaves empty. Returns 0 when they held (``invariant_rows`` then covers
+        ``max_rows``), else the first row count at which a row changed. For a context whose
+        layers sit on RPC servers: their kernels are the servers' own."""
+        self._alive()
+        if not self.batch_invariant:
+            raise ValueError("check_batch_invariance needs Context(..., batch_invariant=True)")
+        if max_rows < 2:
+            raise ValueError(f"max_rows must be >= 2, got {max_rows}")
+        if max_rows > min(self.n_ubatch, self.n_batch):
+            raise ValueError(f"max_rows={max_rows} exceeds n_ubatch={self.n_ubatch} or "
+                             f"n_batch={self.n_batch}: a bigger batch would be split")
+        if self.invariant_rows < 0 or 0 < max_rows <= self.invariant_rows:
+            return 0
+        if any(self.seq_pos_max(s) >= 0 for s in range(self.n_seq_max)):
+            raise ValueError("check_batch_invariance needs an empty context")
+        n_prefix = min(8, self.n_ctx_seq - max_rows)
+        if n_prefix < 1:
+            raise ValueError(f"n_ctx={self.n_ctx} is too small to check batches of {max_rows} rows")
+        toks = [(i * 7919 + 17) % self.n_vocab for i in range(n_prefix + max_rows)]
+        sizes = sorted({n for n in range(2, min(max_rows, 34) + 1)}
+                       | {n for p in (32, 64, 128, 256, 512, 1024) for n in (p - 1, p, p + 1)
+                          if 2 <= n <= max_rows} | {max_rows}, reverse=True)
+        batch = Batch(max(n_prefix, max_rows))
+        ref = None
+        try:
+            for n in sizes:
+                self.seq_rm(0)
+                batch.clear()
+                for i in range(n_prefix):
+                    batch.add(toks[i], i, 0, i == n_prefix - 1)
+                self.decode(batch)
+                batch.clear()
+                for i in range(n):
+                    batch.add(toks[n_prefix + i], n_prefix + i, 0, True)
+                self.decode(batch)
+                rows = np.stack([np.array(self.logits(i)) for i in range(n)])
+                if ref is None:
+                    ref = rows
+                elif not np.array_equal(rows.view(np.uint32), ref[:n].view(np.uint32)):
+                    return n
+        finally:
+            self.seq_rm(0)
+        self.invariant_rows = max_rows
+        return 0

@@ -72,6 +72,8 @@ cdef class Context:
     cdef readonly bint is_mtp
     cdef readonly int n_vocab
     cdef readonly bint batch_invariant   # exact mode's kernels (see _batch_invariant.h)
+    cdef readonly int invariant_rows     # batches known batch-invariant up to this many rows:
+                                         # -1 any (CPU only), 0 not yet checked (RPC servers)
     cdef int _mtp_hidden        # hidden states for MTP (llama.cpp: nextn): 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens

@@ -44,10 +44,12 @@ def system_info() -> str:
 
 
 def rpc_serve(str host="127.0.0.1", int port=50052, *, n_threads=None, devices=None,
-              cache_dir=None) -> None:
+              cache_dir=None, bint batch_invariant=False) -> None:
     """Serve this build's devices to RPC clients (llama.cpp's ggml_backend_rpc_start_server,
     as tools/rpc/rpc-server does); blocks for ever. ``devices``: device names (see
-    ``devices()``); by default the GPUs, else the CPU. Anyone who reaches the port can run
+    ``devices()``); by default the GPUs, else the CPU. ``batch_invariant``: the CPU computes
+    with ggml's reference kernels, as a local exact-mode context does, so that clients can
+    run exact mode (slower: no tiled matmul, no fused ops). Anyone who reaches the port can run
     code paths of the server and read its memory: bind to 127.0.0.1 or a trusted network."""
     if not llama_supports_rpc():
         raise ValueError("this build has no RPC backend (build with -Drpc=true)")
@@ -76,6 +78,12 @@ def rpc_serve(str host="127.0.0.1", int port=50052, *, n_threads=None, devices=N
                 devs.push_back(d)
     if devs.size() == 0:
         raise ValueError("no device to serve")
+    if batch_invariant:
+        for i in range(devs.size()):
+            if ggml_backend_dev_type_of(devs[i]) != GGML_BACKEND_DEVICE_TYPE_CPU:
+                raise ValueError(f"batch_invariant serves CPU devices only; "
+                                 f"{_device_dict(devs[i])['name']!r} is not one")
+            devs[i] = sd_ref_cpu_device_of(devs[i])
     cdef bytes ep = f"{host}:{port}".encode()
     cdef bytes cd = os.fsencode(cache_dir) if cache_dir else b""
     cdef const char * cep = ep

@@ -19,6 +19,9 @@ cdef object _missing_special(const llama_vocab * v):
     return None
 
 
+# __dealloc__ reads placement (which RPC servers are dead): the cycle collector must not
+# clear it first
+@cython.no_gc_clear
 cdef class Model:
     """Model(path, *, n_gpu_layers=0, split_mode="layer", main_gpu=0, tensor_split=None, rpc_servers=None, rpc_timeout=300.0, use_mmap=True, load_mtp=False, use_extra_bufts=True, vocab_only=False, check="fast")
 --

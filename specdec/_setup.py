@@ -70,6 +70,18 @@ def needs_hidden_rows(drafters: Sequence[Drafter]) -> Optional[str]:
     return "dense" if any(d.needs_mtp_hidden for d in drafters) else None
 
 
+def _check_remote_invariance(ctx: Context, rows: int) -> None:
+    """Exact mode with layers on RPC servers: their kernels must be shown batch-invariant for
+    every verify batch this context will decode, or exact mode is refused."""
+    bad = ctx.check_batch_invariance(rows)
+    if bad:
+        ctx.close()
+        raise ValueError(f"exact=True: the RPC servers' kernels are not batch-invariant (a row's "
+                         f"logits differ between verify batches of {bad} and {rows} rows), so "
+                         f"exact output cannot be promised; start every server with "
+                         f"`specdec rpc-server --batch-invariant`")
+
+
 def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
                  n_batch: int, n_ubatch: Optional[int], n_threads: Optional[int],
                  n_seq_max: int, exact: bool, lazy_logits: Optional[bool],
@@ -98,6 +110,8 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
         n_ubatch=n_ubatch, n_threads=n_threads, n_seq_max=n_seq_max,
         n_rollback=max(rollback, int(exact)) if recurrent and (rollback or exact) else 0,
         mtp_hidden=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
+    if exact and ctx.invariant_rows == 0:
+        _check_remote_invariance(ctx, max(verify_rows, 2))
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)

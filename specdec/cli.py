@@ -162,6 +162,9 @@ def _add_rpc_server(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated device names to serve (default: the GPUs, else the CPU)")
     p.add_argument("--cache", "-c", default=None, metavar="DIR",
                    help="keep tensors the clients send in DIR, so that reloading a model is fast")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="compute with ggml's reference CPU kernels, so that clients can run "
+                        "exact mode (Decoder(exact=True)) on this server's layers; slower")
 
 
 def _rpc_server(args: argparse.Namespace) -> int:
@@ -178,7 +181,7 @@ def _rpc_server(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     devices = [d for d in args.device.split(",") if d] if args.device else None
     rpc_serve(args.host, args.port, n_threads=args.threads, devices=devices,
-              cache_dir=args.cache)
+              cache_dir=args.cache, batch_invariant=args.batch_invariant)
     return 1
 
 

@@ -111,10 +111,11 @@ def test_server_options(servers):
 
 # --- gemma3-270m over two servers plus the local CPU --------------------------------------
 #
-# Exact mode needs the CPU backend's reference kernels (Context(batch_invariant=True)), a
-# switch the RPC protocol cannot carry to a server: it is refused over RPC. What is checked
-# here is that remote memory changes nothing: the same requests give the same tokens as on
-# this host, both without repacked weights (the servers' CPU backends never repack).
+# Remote memory changes nothing: the same requests give the same tokens as on this host, both
+# without repacked weights (the servers' CPU backends never repack). Exact mode needs
+# batch-invariant kernels, which the RPC protocol cannot switch on from the client: the
+# Decoder checks the servers' kernels for its verify batches (Context.check_batch_invariance),
+# and servers started with --batch-invariant compute as a local exact-mode context does.
 
 GEMMA_DRAFTERS = ["ngram", "ngram-map", "ngram-cache", "suffix", "layerskip:6", "draft"]
 
@@ -152,11 +153,71 @@ def test_gemma_split_equals_local(gemma_split, gemma_flat, gemma_path, drafter):
         assert dec.drafters[0].draft_model.is_remote            # follows the target
 
 
-def test_exact_mode_refused_over_rpc(gemma_split, gemma_path, servers):
-    with pytest.raises(ValueError, match="batch_invariant|exact"):
-        Decoder(gemma_split, drafter="ngram", exact=True)
-    with pytest.raises(ValueError, match="batch_invariant|exact"):
-        Decoder(gemma_path, exact=True, n_gpu_layers=-1, rpc_servers=servers)
+@pytest.fixture(scope="module")
+def invariant_servers():
+    """Two servers computing with the reference kernels (--batch-invariant)."""
+    with LocalRpcServers(2, extra=("--batch-invariant",)) as cluster:
+        yield cluster.endpoints
+
+
+@pytest.fixture(scope="module")
+def gemma_local_exact(gemma_flat):
+    return Decoder(gemma_flat, exact=True, n_ctx=1024).generate(TEXT, max_tokens=40).tokens
+
+
+@pytest.fixture(scope="module")
+def gemma_remote(servers, gemma_path):
+    return Model(gemma_path, use_extra_bufts=False, n_gpu_layers=-1, rpc_servers=servers)
+
+
+def test_exact_mode_over_rpc_checks_the_servers_kernels(gemma_remote, gemma_split):
+    # default servers take ggml's tiled matmul for K-quant weights at 8 rows or more (layers
+    # 0-5 of this gemma have some): verify batches of n_max + 1 = 9 rows are refused, by name
+    # of the fix
+    with pytest.raises(ValueError, match=r"between verify batches of 7 and 9 rows.*"
+                                         r"--batch-invariant"):
+        Decoder(gemma_remote, drafter="ngram", n_max=8, exact=True, n_ctx=1024)
+    # gemma_split keeps layers 0-5 here: its servers' layers hold no K-quant weights, and the
+    # check lets exact mode through at that length
+    assert Decoder(gemma_split, drafter="ngram", n_max=8, exact=True,
+                   n_ctx=1024).ctx.invariant_rows == 9
+    # below the switch the servers' kernels hold: exact speculative output equals exact plain
+    # output over the same servers (not the local one: the servers fuse ops)
+    plain = Decoder(gemma_remote, exact=True, n_ctx=1024)
+    spec = Decoder(gemma_remote, drafter="ngram", n_max=3, exact=True, n_ctx=1024)
+    assert spec.ctx.invariant_rows == 4 and plain.ctx.invariant_rows == 2
+    res = spec.generate(TEXT, max_tokens=40)
+    assert res.tokens == plain.generate(TEXT, max_tokens=40).tokens and res.stats.accepted > 0
+
+
+@pytest.mark.parametrize("drafter,n_max", [("ngram", 8), ("suffix", 16)])
+def test_exact_mode_over_batch_invariant_servers(invariant_servers, gemma_path, gemma_local_exact,
+                                                 drafter, n_max):
+    """Servers started with --batch-invariant compute every row as a local exact-mode context
+    does: exact output at any draft length, equal to the local exact output."""
+    model = Model(gemma_path, use_extra_bufts=False, n_gpu_layers=-1,
+                  rpc_servers=invariant_servers)
+    dec = Decoder(model, drafter=drafter, n_max=n_max, exact=True, n_ctx=1024)
+    assert dec.ctx.invariant_rows == n_max + 1
+    res = dec.generate(TEXT, max_tokens=40)
+    assert res.tokens == gemma_local_exact and res.stats.accepted > 0
+
+
+def test_check_batch_invariance_arguments(gemma_split, gemma_flat):
+    from specdec import Context
+    with Context(gemma_split, n_ctx=256, n_batch=64, batch_invariant=True) as ctx:
+        assert ctx.invariant_rows == 0                       # remote: not known until checked
+        with pytest.raises(ValueError, match="max_rows"):
+            ctx.check_batch_invariance(1)
+        with pytest.raises(ValueError, match="n_ubatch"):
+            ctx.check_batch_invariance(65)
+        assert ctx.check_batch_invariance(4) == 0 and ctx.invariant_rows == 4
+        assert ctx.seq_pos_max(0) == -1                      # left empty
+    with Context(gemma_flat, n_ctx=256, batch_invariant=True) as ctx:
+        assert ctx.invariant_rows == -1                      # CPU only: every row count
+    with Context(gemma_split, n_ctx=256) as ctx:
+        with pytest.raises(ValueError, match="batch_invariant=True"):
+            ctx.check_batch_invariance(4)
 
 
 def test_gemma_all_remote_plain(servers, gemma_path, gemma_flat):
