@@ -10,6 +10,8 @@
   the distribution tests can show they detect a broken one);
 - ``record``: keep every verified draft (``draft_log``).
 
+``DrivenPolicy`` is a :class:`DraftPolicy` whose round steps tests call from Python.
+
 Only tests and ``Decoder(check=True)`` import this module.
 """
 from libc.stdint cimport int32_t
@@ -17,6 +19,7 @@ from libc.stdint cimport int32_t
 import numpy as np
 
 from ._controller cimport Controller, _Seq
+from ._policy cimport DraftPolicy
 from ._verify cimport Verifier
 
 
@@ -69,3 +72,27 @@ cdef class CheckedController(Controller):
         since the last ``start``, in order (``pos``: position of the pending token the drafts
         follow)."""
         return list(self._log)
+
+
+cdef class DrivenPolicy(DraftPolicy):
+    """The policy's steps from Python, for tests that drive it by hand."""
+
+    def _py_cap(self) -> int:
+        return self.cap()
+
+    def _py_choose(self, int proposed, double t_drafted) -> int:
+        return self.choose(proposed, t_drafted)
+
+    def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0) -> None:
+        """A whole round as the controller reports it: the drafter's time for the cap just
+        asked (if any), the verification, and the calibration sample."""
+        cdef double pe = self.predicted_tokens, pt = self.predicted_time
+        if self.last_cap > 0:
+            self.observe_draft_time(self.last_cap, t_drafted)
+        self.observe(k, a, t_verify)
+        if self.last_cap > 0:
+            self.observe_round(pe, pt, a + 1, t_drafted + t_verify)
+
+    def _py_observe_round(self, double predicted_tokens, double predicted_time, int tokens,
+                          double t) -> None:
+        self.observe_round(predicted_tokens, predicted_time, tokens, t)

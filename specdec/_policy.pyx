@@ -366,28 +366,6 @@ cdef class DraftPolicy:
             return
         _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t, self._plain_time_now())
 
-    # --- the same steps from Python, for tests that drive the policy by hand ---------------
-
-    def _py_cap(self) -> int:
-        return self.cap()
-
-    def _py_choose(self, int proposed, double t_drafted) -> int:
-        return self.choose(proposed, t_drafted)
-
-    def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0) -> None:
-        """A whole round as the controller reports it: the drafter's time for the cap just
-        asked (if any), the verification, and the calibration sample."""
-        cdef double pe = self.predicted_tokens, pt = self.predicted_time
-        if self.last_cap > 0:
-            self.observe_draft_time(self.last_cap, t_drafted)
-        self.observe(k, a, t_verify)
-        if self.last_cap > 0:
-            self.observe_round(pe, pt, a + 1, t_drafted + t_verify)
-
-    def _py_observe_round(self, double predicted_tokens, double predicted_time, int tokens,
-                          double t) -> None:
-        self.observe_round(predicted_tokens, predicted_time, tokens, t)
-
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
                 # measured times, brought to the current load (0: not measured yet)

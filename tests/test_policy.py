@@ -100,7 +100,7 @@ def test_decoder_keeps_its_policy_across_requests(tiny_dense_path):
 
 # --- the policy driven by hand: deterministic times, no model -------------------------------
 
-from specdec._policy import DraftPolicy
+from specdec._checks import DrivenPolicy as DraftPolicy   # the policy with its steps callable from Python
 
 
 def _round(pol, t_verify, accept, t_call):
@@ -114,9 +114,9 @@ def _round(pol, t_verify, accept, t_call):
 
 def test_policy_probes_with_the_length_that_would_pay():
     """A call costs 1.5 plain decodes: one drafted token never pays, six perfect ones do.
-    Early drafts miss at their second token, until no length pays; probes of one token
-    refresh only the first position, so the policy stayed plain for good. The probe now
-    asks for the length that would pay if deeper tokens were as good as the first."""
+    Early drafts miss at their second token, until no length pays; probes of one token would
+    refresh only the first position and leave the policy plain for good, so the probe asks
+    for the length that would pay if deeper tokens were as good as the first."""
     pol = DraftPolicy(6, True)
     tv = lambda k: 0.010 + 0.001 * k
     call = lambda c: 0.015 if c else 0.0
