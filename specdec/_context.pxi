@@ -709,13 +709,14 @@ cdef class Context:
 
     # --- exact mode over RPC ------------------------------------------------------------
 
-    def check_batch_invariance(self, int max_rows) -> int:
+    def check_batch_invariance(self, max_rows) -> int:
         """Show that a row's logits do not depend on how many rows share its batch, for
         batches of 2 to ``max_rows`` rows (every count up to 34, then around each power of
         two, where kernels switch, and ``max_rows``), on sequence 0 of an empty context,
         which it leaves empty. Returns 0 when they held (``invariant_rows`` then covers
         ``max_rows``), else the first row count at which a row changed. For a context whose
         layers sit on RPC servers: their kernels are the servers' own."""
+        max_rows = _int_arg('max_rows', max_rows, I32_MIN, I32_MAX)
         self._alive()
         if not self.batch_invariant:
             raise ValueError("check_batch_invariance needs Context(..., batch_invariant=True)")

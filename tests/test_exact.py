@@ -1,22 +1,14 @@
 """Exact mode: greedy speculative output equals plain output token for token on a real
 quantized model, prompts longer than Gemma's 512-token sliding window included."""
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 import specdec
 from specdec import Decoder
+from specdec.benchmark.prompts import all_prompts
 
 
 def _prompts():
-    path = Path(__file__).resolve().parent.parent / "bench" / "prompts.py"
-    spec = importlib.util.spec_from_file_location("_bench_prompts", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    ps = mod.all_prompts()
+    ps = all_prompts()
     return [(p.name, p.text) for p in ps] + [("long", ps[0].text + "\n\n" + ps[5].text)]
 
 

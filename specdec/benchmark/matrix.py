@@ -133,7 +133,7 @@ RPC_DELAYS_MS = (0.0, 0.5, 2.0)
 
 def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
     methods = (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
-               _s("suffix", "suffix", 16, adaptive=True),
+               _s("suffix", "suffix", 8), _s("suffix", "suffix", 16, adaptive=True),
                _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"))
     return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
 
