@@ -55,10 +55,15 @@ class _State:
         if self.future.done():
             return
         self.put(None)
-        if exc is not None:
-            self.future.set_exception(exc)
-        else:
-            self.future.set_result(res)   # type: ignore[arg-type]
+        try:
+            if exc is not None:
+                self.future.set_exception(exc)
+            else:
+                self.future.set_result(res)   # type: ignore[arg-type]
+        except concurrent.futures.InvalidStateError:
+            # the reader cancelled the future between the check above and now (an asyncio
+            # reader that went away cancels it from its event loop's thread)
+            pass
 
 
 class RequestHandle:

@@ -333,3 +333,36 @@ def test_a_failing_drafter_fails_only_its_request(tiny_dense_path):
         assert eng.stats()["failed"] == 1
         alone = [eng.submit(p, max_tokens=50).result(30).tokens for p in PROMPTS[1:3]]
         assert [h.result().tokens for h in good] == alone
+
+
+def test_finishing_a_request_whose_reader_cancelled_its_future():
+    """An asyncio reader that goes away cancels the request's future from its own thread; the
+    worker finishing the request at that moment must not fail (it stopped the engine)."""
+    from specdec.handles import _State
+
+    class _Past(_State):
+        def __init__(self) -> None:
+            super().__init__(None, (), 0, None, None)   # type: ignore[arg-type]
+
+        @property
+        def future(self):            # cancelled between finish()'s check and its set_result
+            return self._f
+
+        @future.setter
+        def future(self, f):
+            self._f = f
+
+    s = _Past()
+    real_done = s._f.done
+    calls = []
+
+    def done_then_cancel():
+        calls.append(1)
+        was = real_done()
+        s._f.cancel()
+        return was
+
+    s._f.done = done_then_cancel
+    s.finish(None)
+    s.finish(exc=RuntimeError("late"))
+    assert s._f.cancelled() and calls
