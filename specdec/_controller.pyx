@@ -94,11 +94,11 @@ cdef class Controller:
         if exact and not ctx.batch_invariant:
             raise ValueError("exact mode needs a batch-invariant target context: "
                              "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
-        if exact and 0 <= ctx.invariant_rows < ctx.n_seq_max * max(n_max + 1, 2):
+        verify_rows = ctx.n_seq_max * max(n_max + 1, 2)
+        if exact and 0 <= ctx.invariant_rows < verify_rows:
             raise ValueError("exact mode with layers on RPC servers needs their kernels shown "
                              "batch-invariant for every verify batch: "
-                             f"ctx.check_batch_invariance({ctx.n_seq_max * max(n_max + 1, 2)}) "
-                             "(Decoder and Engine run it)")
+                             f"ctx.check_batch_invariance({verify_rows}) (Decoder and Engine run it)")
         if exact and rs_snapshots and ctx.n_rollback < 1:
             raise ValueError("exact mode on a recurrent/hybrid target needs n_rollback >= 1")
         self.exact = exact
