@@ -43,6 +43,8 @@ cdef class Model:
     cdef int _check_token(self, object tok) except -1
     cdef bint is_eog_c(self, llama_token tok) noexcept nogil
     cdef int piece_c(self, llama_token tok, char * buf, int size) noexcept nogil
+    cdef int tokenize_c(self, const char * text, int n, bint parse_special,
+                        vector[int32_t] & out) except -1
 
 
 cdef class Batch:

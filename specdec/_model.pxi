@@ -349,6 +349,27 @@ cdef class Model:
     cdef int piece_c(self, llama_token tok, char * buf, int size) noexcept nogil:
         return sd_token_to_piece(self.vocab, tok, buf, size, 0, False)
 
+    cdef int tokenize_c(self, const char * text, int n, bint parse_special,
+                        vector[int32_t] & out) except -1:
+        """``n`` bytes of text to ``out`` without BOS/EOS (for drafters that translate text
+        between vocabularies); returns the token count."""
+        cdef int32_t got
+        out.resize(n + 8)
+        with nogil:
+            got = sd_tokenize(self.vocab, text, n, out.data(), <int32_t>out.size(), False,
+                              parse_special)
+        _raise_abort("tokenize")
+        if got < 0 and got != -2147483648 and got != -2147483647:
+            out.resize(-got)
+            with nogil:
+                got = sd_tokenize(self.vocab, text, n, out.data(), <int32_t>out.size(), False,
+                                  parse_special)
+            _raise_abort("tokenize")
+        if got < 0:
+            raise ValueError("tokenization failed")
+        out.resize(got)
+        return got
+
     def tokenize(self, text, *, bint add_special=True, bint parse_special=False) -> list:
         """Text (str or UTF-8 bytes) to token ids; ``add_special`` adds BOS where the model wants it."""
         self._alive()

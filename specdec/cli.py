@@ -6,7 +6,7 @@ import argparse
 import json
 import logging
 import sys
-from typing import List, Optional
+from typing import Any, List, Optional
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,9 @@ def _add_decoder_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drafter", "-d", action="append", default=None,
                    help="ngram | ngram-map | ngram-cache | suffix | draft:PATH | layerskip:N | mtp | "
                         "NAME (a registered or plugin drafter); repeat to chain")
+    p.add_argument("--draft-translate", action="store_true",
+                   help="draft:PATH may have another vocabulary than the target: its drafts "
+                        "are translated (an id map, or through text)")
     p.add_argument("--n-max", type=int, default=4, help="longest draft (default 4)")
     p.add_argument("--n-min", type=int, default=0, help="drop drafts shorter than this")
     p.add_argument("--p-min", type=float, default=0.0, help="probabilistic drafters stop below this")
@@ -66,8 +69,20 @@ def _model_path(args: argparse.Namespace) -> str:
     return args.model or str(default_model_path())
 
 
+def _translated(specs: Optional[List[str]]) -> List[Any]:
+    """``--draft-translate``: each ``draft:PATH`` becomes a draft drafter that translates."""
+    from .drafters.draft_model import DraftModelDrafter
+    out: List[Any] = [DraftModelDrafter(s.partition(":")[2], translate=True, name=s)
+                      if s.partition(":")[0] == "draft" and s.partition(":")[2] else s
+                      for s in specs or []]
+    if not any(isinstance(d, DraftModelDrafter) for d in out):
+        raise ValueError("--draft-translate applies to a draft:PATH drafter; none is given")
+    return out
+
+
 def _decoder_options(args: argparse.Namespace) -> dict:
-    return dict(drafter=args.drafter, n_max=args.n_max, n_min=args.n_min, p_min=args.p_min,
+    drafter = _translated(args.drafter) if args.draft_translate else args.drafter
+    return dict(drafter=drafter, n_max=args.n_max, n_min=args.n_min, p_min=args.p_min,
                 adaptive=args.adaptive, exact=args.exact, n_ctx=args.n_ctx,
                 n_threads=args.threads, **_placement_options(args))
 

@@ -1,11 +1,15 @@
 # cython: language_level=3
 # distutils: language = c++
-"""A separate, smaller draft model with a compatible vocabulary (llama.cpp's ``draft-simple``).
+"""A separate, smaller draft model (llama.cpp's ``draft-simple``).
 
 The draft context mirrors the target's history. Drafting decodes the pending
 token and then its own greedy guesses one at a time; what the target accepts is
 already in the draft context, so ``observe`` keeps the agreeing prefix of those
 speculative tokens, trims the rest and decodes only what is missing.
+
+A draft model with another vocabulary drafts only with ``translate`` on: a
+:class:`~specdec.drafters.translate.Translation` then gives the draft tokens the draft
+context should hold and turns the draft's tokens into target tokens.
 """
 from libc.math cimport exp
 from libc.stdint cimport int32_t
@@ -14,6 +18,8 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
+from .translate cimport Translation
+from .translate import translation
 from ..placement import draft_options
 
 import os
@@ -25,7 +31,9 @@ cdef class DraftModelDrafter(Drafter):
 
     ``path``: the draft GGUF (or a loaded ``Model``). ``p_min``: stop drafting when the
     draft model's probability of its own next guess falls below it (None: the
-    Decoder's ``p_min``)."""
+    Decoder's ``p_min``). ``translate``: draft with a model whose vocabulary is not the
+    target's (True; ``"ids"`` or ``"text"`` force a way, see ``translate.translation``);
+    off, such a model is refused."""
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx
     cdef Batch batch
@@ -33,15 +41,33 @@ cdef class DraftModelDrafter(Drafter):
     cdef int n_threads
     cdef vector[vector[int32_t]] in_ctx   # per sequence: tokens held by the draft context
     cdef vector[int32_t] n_hist           # per sequence: how many of them are target history
+    cdef object _translate                # False, or the translation mode asked for
+    cdef readonly Translation translation # None: the draft shares the target's vocabulary
 
-    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="draft"):
+    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="draft",
+                 translate=False):
         super().__init__(name)
+        self.translate = translate
         self.n_gpu_layers = n_gpu_layers
         if path is None and type(self) is DraftModelDrafter:
             raise ValueError("the draft drafter needs a model: draft:PATH")
         self._source = path
         self._set_p_min(p_min, 0.0)
         self.n_threads = 0 if n_threads is None else int(n_threads)
+
+    @property
+    def translate(self):
+        """False, or how a draft model with another vocabulary is translated ("auto",
+        "ids", "text"); set before ``bind``."""
+        return self._translate
+
+    @translate.setter
+    def translate(self, value):
+        if value is True:
+            value = "auto"
+        if value not in (False, None, "auto", "ids", "text"):
+            raise ValueError(f"translate must be a bool, 'auto', 'ids' or 'text', got {value!r}")
+        self._translate = value or False
 
     def set_source(self, path):
         """The draft GGUF to load at ``bind`` (subclasses that derive it late use this)."""
@@ -67,13 +93,22 @@ cdef class DraftModelDrafter(Drafter):
         else:
             self.draft_model = Model(os.fspath(self._source), use_extra_bufts=target.model.use_extra_bufts,
                                      **draft_options(target.model.placement, self.n_gpu_layers))
-        if not target.model.vocab_compatible(self.draft_model):
-            raise ValueError(f"draft model {os.path.basename(self.draft_model.path)!r} has a "
-                             f"vocabulary incompatible with the target {target.model.arch!r}")
         if self.draft_model.is_recurrent or self.draft_model.is_hybrid:
             raise ValueError("recurrent/hybrid draft models are not supported: their state cannot "
                              "be rolled back across the draft's several decodes")
-        self.draft_ctx = Context(self.draft_model, n_ctx=target.n_ctx, n_batch=target.n_batch,
+        self.translation = None
+        same = target.model.vocab_compatible(self.draft_model)
+        if not same and not self._translate:
+            raise ValueError(f"draft model {os.path.basename(self.draft_model.path)!r} has a "
+                             f"vocabulary incompatible with the target {target.model.arch!r}; "
+                             "translate=True (--draft-translate) drafts through text")
+        if self._translate in ("ids", "text") or (self._translate and not same):
+            self.translation = translation(target.model, self.draft_model, self._translate)
+            self.translation.bind(n_seq)
+        # through text the draft may spell the history in more tokens than the target
+        cdef int n_ctx = target.n_ctx * (2 if self.translation is not None
+                                         and self.translation.mode == "text" else 1)
+        self.draft_ctx = Context(self.draft_model, n_ctx=n_ctx, n_batch=target.n_batch,
                                  n_seq_max=n_seq,
                                  n_threads=self.n_threads or target.n_threads)
         self.batch = Batch(self.draft_ctx.n_batch, n_seq_max=n_seq)
@@ -87,6 +122,8 @@ cdef class DraftModelDrafter(Drafter):
         self.draft_ctx.seq_rm_c(seq, -1, -1)
         self.in_ctx[seq].clear()
         self.n_hist[seq] = 0
+        if self.translation is not None:
+            self.translation.begin(seq)
         return 0
 
     cdef int _check_bound(self, int seq) except -1:
@@ -103,7 +140,8 @@ cdef class DraftModelDrafter(Drafter):
         return 0
 
     cdef int _decode(self, int seq, const int32_t * toks, int n, bint out_last) except -1:
-        cdef int i0 = 0, i, m, pos
+        """Decode ``toks`` after what the context holds; the batch row of the last one."""
+        cdef int i0 = 0, i, m = 0, pos
         while i0 < n:
             m = min(n - i0, self.draft_ctx.n_batch)
             self.batch.clear_c()
@@ -113,10 +151,30 @@ cdef class DraftModelDrafter(Drafter):
                 self.in_ctx[seq].push_back(toks[i0 + i])
             self.draft_ctx.decode_c(self.batch)
             i0 += m
-        return 0
+        return m - 1
+
+    cdef int _sync(self, int seq, const vector[int32_t] & want, bint logits) except -2:
+        """Make the context hold ``want``: keep the common prefix, decode the rest (the
+        last one again when ``logits`` asks for its row). The row, or -1: no room."""
+        cdef vector[int32_t] * have = &self.in_ctx[seq]
+        cdef int m = 0, n = want.size()
+        while m < n and m < <int>have.size() and have[0][m] == want[m]:
+            m += 1
+        if logits and m == n:
+            m -= 1
+        self._trim(seq, m)
+        if n >= self.draft_ctx.n_ctx_seq:
+            return -1
+        self.n_hist[seq] = n
+        if m < n:
+            return self._decode(seq, want.data() + m, n - m, logits)
+        return -1
 
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         self._check_bound(seq)
+        if self.translation is not None:
+            self._sync(seq, self.translation.observe(seq, toks, n)[0], False)
+            return 0
         cdef int base = self.n_hist[seq], m = 0
         cdef vector[int32_t] * have = &self.in_ctx[seq]
         # keep what the draft context already holds of these tokens (its accepted drafts)
@@ -128,12 +186,47 @@ cdef class DraftModelDrafter(Drafter):
         self.n_hist[seq] = base + n
         return 0
 
+    cdef bint _below_p_min(self, const float * lg, int32_t y) noexcept nogil:
+        cdef int j
+        cdef double z = 0.0, mx = lg[y]
+        if self.p_min <= 0.0:
+            return False
+        for j in range(self.draft_model.n_vocab):
+            z += exp(lg[j] - mx)
+        return 1.0 / z < self.p_min
+
+    cdef int _propose_translated(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        cdef Translation tr = self.translation
+        cdef vector[int32_t] * want = tr.context(seq, last)
+        if want.size() == 0:
+            return 0
+        cdef int row = self._sync(seq, want[0], True), i, r
+        if row < 0:
+            return 0
+        cdef int32_t y
+        cdef float * lg
+        tr.draft_start(seq)
+        for i in range(tr.budget(n_max)):
+            lg = self.draft_ctx.logits_c(row)
+            y = argmax(lg, self.draft_model.n_vocab)
+            if self._below_p_min(lg, y):
+                break
+            r = tr.draft_add(y)
+            if r < 0 or tr.eog or r >= n_max:
+                break
+            if <int>self.in_ctx[seq].size() >= self.draft_ctx.n_ctx_seq:
+                break
+            row = self._decode(seq, &y, 1, True)
+        tr.draft_finish(out, n_max)
+        return 0
+
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)
-        cdef int n_vocab = self.draft_model.n_vocab, i, j
+        if self.translation is not None:
+            return self._propose_translated(seq, last, n_max, out)
+        cdef int n_vocab = self.draft_model.n_vocab, i
         cdef int32_t tok = last, y
         cdef float * lg
-        cdef double z, mx
         self._trim(seq, self.n_hist[seq])
         for i in range(n_max):
             if <int>self.in_ctx[seq].size() >= self.draft_ctx.n_ctx_seq:
@@ -141,13 +234,8 @@ cdef class DraftModelDrafter(Drafter):
             self._decode(seq, &tok, 1, True)
             lg = self.draft_ctx.logits_c(0)
             y = argmax(lg, n_vocab)
-            if self.p_min > 0.0:
-                mx = lg[y]
-                z = 0.0
-                for j in range(n_vocab):
-                    z += exp(lg[j] - mx)
-                if 1.0 / z < self.p_min:
-                    break
+            if self._below_p_min(lg, y):
+                break
             out.tokens.push_back(y)
             tok = y
         return 0
@@ -157,5 +245,7 @@ cdef class DraftModelDrafter(Drafter):
             self.draft_ctx.seq_rm_c(seq, -1, -1)
             self.in_ctx[seq].clear()
             self.n_hist[seq] = 0
+            if self.translation is not None:
+                self.translation.begin(seq)
         return 0
 

@@ -11,9 +11,9 @@ decoding then follows ``succ``: from any token it writes ``reply`` and then ``en
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import gguf
 import numpy as np
@@ -57,6 +57,43 @@ def byte_alphabet() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
+def successor_dims(n_vocab: int, *, n_ctx_train: int) -> LlamaDims:
+    """A one-layer llama wide enough for one-hot embeddings of ``n_vocab`` tokens."""
+    return LlamaDims(n_vocab=n_vocab, n_embd=-(-n_vocab // 32) * 32, n_layer=1, n_head=4,
+                     n_head_kv=2, n_ff=64, n_ctx_train=n_ctx_train)
+
+
+def successor_fill(succ: np.ndarray, d: LlamaDims, logit: float, *, noise: float = 0.0,
+                   seed: int = 0) -> Callable[[str, tuple[int, ...]], np.ndarray]:
+    """Weights whose greedy successor of token t is ``succ[t]`` (logit ``logit``, the others 0
+    plus Gaussian ``noise``): scaled one-hot embeddings, zero layer outputs."""
+    n_vocab = d.n_vocab
+    scale = np.float32(np.sqrt(d.n_embd))
+    embd = np.zeros((n_vocab, d.n_embd), np.float32)
+    embd[np.arange(n_vocab), np.arange(n_vocab)] = scale
+    out = np.zeros((n_vocab, d.n_embd), np.float32)
+    out[succ, np.arange(n_vocab)] = np.float32(logit) / scale
+    rng = np.random.default_rng(seed)
+    if noise:
+        out[:, :n_vocab] += rng.standard_normal((n_vocab, n_vocab), dtype=np.float32) \
+            * np.float32(noise) / scale
+
+    def fill(name: str, ne: tuple[int, ...]) -> np.ndarray:
+        shape = tuple(reversed(ne))
+        if name == "token_embd.weight":
+            return embd
+        if name == "output.weight":
+            return out
+        if name.endswith("norm.weight"):
+            return np.ones(shape, np.float32)
+        if name.endswith(("attn_output.weight", "ffn_down.weight")):
+            return np.zeros(shape, np.float32)
+        w: np.ndarray = rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(ne[0]))
+        return w
+
+    return fill
+
+
 def write_tiny_chat(
     path: str | os.PathLike[str],
     family: str,
@@ -83,28 +120,8 @@ def write_tiny_chat(
     succ = np.full(n_vocab, chain[0])
     for a, b in zip(chain, chain[1:]):
         succ[a] = b
-    d = LlamaDims(n_vocab=n_vocab, n_embd=-(-n_vocab // 32) * 32, n_layer=1, n_head=4,
-                  n_head_kv=2, n_ff=64)
-    d = replace(d, n_ctx_train=2048)
-    scale = np.float32(np.sqrt(d.n_embd))
-    embd = np.zeros((n_vocab, d.n_embd), np.float32)
-    embd[np.arange(n_vocab), np.arange(n_vocab)] = scale
-    out = np.zeros((n_vocab, d.n_embd), np.float32)
-    out[succ, np.arange(n_vocab)] = np.float32(LOGIT) / scale
-    rng = np.random.default_rng(0)
-
-    def fill(name: str, ne: tuple[int, ...]) -> np.ndarray:
-        shape = tuple(reversed(ne))
-        if name == "token_embd.weight":
-            return embd
-        if name == "output.weight":
-            return out
-        if name.endswith("norm.weight"):
-            return np.ones(shape, np.float32)
-        if name.endswith(("attn_output.weight", "ffn_down.weight")):
-            return np.zeros(shape, np.float32)
-        w: np.ndarray = rng.standard_normal(shape, dtype=np.float32) / np.float32(np.sqrt(ne[0]))
-        return w
+    d = successor_dims(n_vocab, n_ctx_train=2048)
+    fill = successor_fill(succ, d, LOGIT)
 
     def add_kv(w: gguf.GGUFWriter) -> None:
         add_llama_kv(w, d)
