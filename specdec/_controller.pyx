@@ -233,6 +233,39 @@ cdef class Controller:
             c += 1
         return c
 
+    def save_held(self, int seq) -> bytes:
+        """The target's state of the tokens free slot ``seq`` holds (``held(seq)``), for a
+        prompt cache; empty when it holds none, or its memory is not what ``held`` says."""
+        cdef _Seq s = self._seq(seq)
+        if s.active:
+            raise RuntimeError(f"sequence {seq} is in use")
+        if s.mem.size() == 0 or self.ctx.pos_max_c(s.id) != <int>s.mem.size() - 1:
+            return b""
+        return self.ctx.save_state(s.id)
+
+    def restore_held(self, int seq, tokens, state) -> bool:
+        """Free slot ``seq`` holds ``tokens`` again, from the state ``save_held`` gave of them
+        (on any slot). False, the slot then holding nothing, when llama.cpp could not place
+        them (no room in the cache)."""
+        cdef _Seq s = self._seq(seq)
+        if s.active:
+            raise RuntimeError(f"sequence {seq} is in use")
+        cdef int i, n = len(tokens)
+        self.leave(seq)
+        try:
+            self.ctx.load_state(state, s.id)
+        except ValueError:
+            self.ctx.seq_rm_c(s.id, -1, -1)
+            return False
+        if self.ctx.pos_max_c(s.id) != n - 1:
+            self.ctx.seq_rm_c(s.id, -1, -1)
+            return False
+        s.mem.resize(n)
+        for i in range(n):
+            s.mem[i] = tokens[i]
+        s.n_past = n
+        return True
+
     def start(self, prompts, max_tokens, seeds=None):
         """Begin one request per prompt on sequences 0..n-1 with the constructor's settings
         (every slot is cleared first; the counters of ``stats()`` restart)."""

@@ -17,6 +17,7 @@ from .chat import chat_prompt
 from .config import Sampling, SpecConfig
 from .drafters import Drafter
 from .placement import Placement
+from .prompt_cache import PromptCache
 from .results import GenerationResult, Piece, Stats
 
 _log = logging.getLogger("specdec")
@@ -103,6 +104,10 @@ class Decoder:
         (the previous turn of a chat, a shared system prompt) keeps their KV and decodes
         only the rest (recurrent/hybrid targets: only when it extends the whole previous
         sequence). Off for drafters that read the target's hidden states (MTP).
+    prompt_cache_mib
+        Host memory (MiB) for the KV of earlier prompts (0, the default: none): a prompt
+        that comes back after others restores it instead of decoding it again (see
+        :mod:`specdec.prompt_cache`; the Engine has one by default).
 
     ``close()`` frees the llama.cpp context now rather than at garbage collection, and
     ``with Decoder(...) as dec:`` closes it at the end of the block.
@@ -136,6 +141,7 @@ class Decoder:
         n_gpu_layers_draft: Optional[int] = None,
         model_check: str = "fast",
         prefix_reuse: bool = True,
+        prompt_cache_mib: float = 0,
     ) -> None:
         self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
         self.exact = bool(exact)
@@ -157,6 +163,8 @@ class Decoder:
         else:
             self._ctl = Controller(self.ctx, self.drafters, exact=self.exact)
         self.prefix_reuse = bool(prefix_reuse) and needs_hidden_rows(self.drafters) is None
+        self.prompt_cache = PromptCache(prompt_cache_mib,
+                                        recurrent=self.model.is_recurrent or self.model.is_hybrid)
         self._lock = threading.Lock()
         self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
@@ -195,6 +203,7 @@ class Decoder:
             self.drafters = []
             self._policies.clear()
             self.ctx.close()
+            self.prompt_cache.clear()
             self._closed = True
         finally:
             self._lock.release()
@@ -235,6 +244,8 @@ class Decoder:
             if self._ctl.is_active(i):
                 self._ctl.leave(i, keep=self.prefix_reuse)
         for i, r in zip(seqs, reqs):
+            if self.prefix_reuse:
+                self.prompt_cache.prepare(self._ctl, i, r.prompt)
             self._ctl.join(i, r.prompt, n_max=self.spec.n_max if self.drafters else 0,
                            n_min=self.spec.n_min, policy=self._policies[greedy],
                            reuse=self.prefix_reuse, **r.join_args(i))

@@ -16,7 +16,9 @@ request), and helps every later request, whichever slot it runs on.
 A finished request's slot keeps its KV: a later request whose prompt starts with the
 same tokens (the previous turn of a chat, a shared system prompt) takes that slot and
 decodes only the new suffix. A cancelled, timed-out or abandoned request (its handle
-garbage-collected) leaves at the next round and frees its slot and its KV.
+garbage-collected) leaves at the next round and frees its slot and its KV. Before a slot
+is taken, the KV it holds is saved to a prompt cache in host memory (``prompt_cache_mib``),
+from which a later request whose prompt comes back is restored (see :mod:`.prompt_cache`).
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from .config import SpecConfig
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
 from .placement import Placement
+from .prompt_cache import DEFAULT_MIB, PromptCache
 from .results import GenerationResult, Stats
 
 _log = logging.getLogger("specdec")
@@ -87,6 +90,10 @@ class Engine:
     prefix_reuse
         A request whose prompt starts with tokens a free slot still holds reuses that KV
         (off for drafters that read the target's hidden states, MTP).
+    prompt_cache_mib
+        Host memory (MiB) for the KV of prompts whose slot was taken since: a request whose
+        prompt comes back restores it instead of decoding it again (0: none). Used with
+        ``prefix_reuse``.
     n_batch, n_threads, lazy_logits, drafter_timeout, on_drafter_error, load_mtp,
     model_check, n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers
         As for :class:`Decoder`.
@@ -109,6 +116,7 @@ class Engine:
         adaptive: bool = False,
         exact: bool = False,
         prefix_reuse: bool = True,
+        prompt_cache_mib: float = DEFAULT_MIB,
         n_batch: int = 512,
         n_threads: Optional[int] = None,
         lazy_logits: Optional[bool] = None,
@@ -162,6 +170,8 @@ class Engine:
                                 kv_unified=unified)
         self._ctl = Controller(self.ctx, loaded, exact=self.exact, n_ctx_seq=n_ctx, isolate=True)
         self.prefix_reuse = bool(prefix_reuse)
+        self.prompt_cache = PromptCache(prompt_cache_mib,
+                                        recurrent=self.model.is_recurrent or self.model.is_hybrid)
         self._default = self._chain(self._first_default(default_drafter))
         self._policies: Dict[Tuple[Tuple[str, ...], int, bool], Any] = {}
         self._cv = threading.Condition()
@@ -290,6 +300,7 @@ class Engine:
                     "drafted_per_position": list(self._drafted_at),
                     "accepted_per_position": list(self._accepted_at),
                     "rounds": self._ctl.stats()["rounds"],
+                    "prompt_cache": self.prompt_cache.stats(),
                     "running": len(self._running), "queued": len(self._queue),
                     "slots": self.n_slots}
 
@@ -306,6 +317,7 @@ class Engine:
         for d in self.drafters.values():
             d.close()
         self.ctx.close()
+        self.prompt_cache.clear()
 
     def __enter__(self) -> "Engine":
         return self
@@ -393,6 +405,8 @@ class Engine:
         reuse = self.prefix_reuse and needs_hidden_rows(drafters) is None
         slot = self._pick_slot(state.req.prompt, reuse)
         try:
+            if reuse:
+                self.prompt_cache.prepare(self._ctl, slot, state.req.prompt)
             state.n_decoded = self._ctl.join(
                 slot, state.req.prompt, drafters=drafters, n_max=state.n_max,
                 n_min=self.spec.n_min, policy=self._policy(state), reuse=reuse,

@@ -482,3 +482,24 @@ def test_benchmark_client(ending):
     both = res.merge(res).summary()     # two passes: twice the tokens in twice the time
     assert (both["requests"], both["tokens"]) == (8, 40)
     assert both["tokens_per_s"] == pytest.approx(s["tokens_per_s"])
+
+
+def test_benchmark_prompts_and_report():
+    """The serve benchmark's prompts are the grounded ones; its report takes any concurrency."""
+    from specdec.benchmark import prompts, serve
+
+    texts = serve.grounded_prompts()
+    assert texts and all(p.text in texts for p in prompts.all_prompts()
+                         if p.category in serve.GROUNDED)
+    summary = {"tokens_per_s": 10.0, "ttft_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
+               "itl_ms": {"p50": 1.0, "p90": 2.0, "p99": None}, "tpot_ms_mean": 5.0,
+               "errors": 0}
+    rows = {f"specdec {d}": {"4": summary} for d in ("plain",) + serve.SPECDEC_DRAFTERS}
+    rows.update({f"llama-server {t}": {"4": summary}
+                 for t in ("plain",) + serve.LLAMA_SPEC_TYPES})
+    best = serve._best(rows, [f"specdec {d}" for d in serve.SPECDEC_DRAFTERS], [4])
+    results = {"model": "m", "threads": 2, "n_gen": 8, "n_max": 8, "rows": rows,
+               "ratios": {"4": {"best_spec": 1.0, "best_specdec": best["4"],
+                                "best_llama_server": "llama-server ngram-simple", "plain": 1.0}}}
+    md = serve.markdown(results)
+    assert "| 4 | 1.00x" in md and "Decoder.generate" not in md

@@ -41,6 +41,8 @@ def parser() -> argparse.ArgumentParser:
                    help="do not build missing peers (their rows say why they did not run)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--threads", "-t", type=int, default=2)
+    p.add_argument("--concurrency", type=int, action="append", metavar="N",
+                   help="--case serve: a concurrency to measure (repeatable; default 1, 4 and 8)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar or lines")
     return p
 
@@ -60,7 +62,7 @@ def _serve(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     out = Path(args.out) if args.out else Path("specdec-bench") / (
         f"serve-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     results = serve.run(out, n_gen=args.n_gen or 64, reps=args.reps or 2, threads=args.threads,
-                        log=log)
+                        concurrency=tuple(args.concurrency or serve.CONCURRENCY), log=log)
     md = serve.markdown(results)
     (out / "serve.md").write_text(md)
     print(md)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import prompts as prompt_sets
+from ..prompt_cache import DEFAULT_MIB as PROMPT_CACHE_MIB
 from .serve_load import LoadResult, Sample, run_load
 
 CONCURRENCY = (1, 4, 8)
@@ -32,13 +33,14 @@ SPECDEC_DRAFTERS = ("ngram", "ngram-map", "suffix")
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 N_MAX = 8
 N_CTX = 4096      # per slot
+#: the prompt categories a lookup drafter can copy from
+GROUNDED = ("code", "repeat", "records")
 #: the drafter of the HTTP-streaming-overhead check at concurrency 1
 HTTP_VS_DECODER = "ngram"
 
 
 def grounded_prompts() -> List[str]:
-    cats = prompt_sets.by_category()
-    return [p.text for c in ("code", "repeat", "records") for p in cats.get(c, [])]
+    return [p.text for p in prompt_sets.all_prompts() if p.category in GROUNDED]
 
 
 def free_port() -> int:
@@ -114,7 +116,8 @@ def _decoder_pass(dec: Any, prompts: Sequence[str], n_gen: int) -> LoadResult:
 
 
 def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
-        log: Callable[[str], None] = print) -> Dict[str, Any]:
+        concurrency: Sequence[int] = CONCURRENCY, log: Callable[[str], None] = print
+        ) -> Dict[str, Any]:
     """Measure everything; returns the results (also written to ``out_dir/serve.json``).
 
     At each concurrency every server is started, warmed up, and then the servers take
@@ -140,7 +143,10 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             _llama_argv, binary, model, spec_type=t, threads=threads)
     rows: Dict[str, Dict[str, Any]] = {name: {} for name in argvs}
     direct = f"Decoder.generate {HTTP_VS_DECODER}"
-    for c in CONCURRENCY:
+    if not concurrency or any(isinstance(c, bool) or not isinstance(c, int) or c < 1
+                              for c in concurrency):
+        raise ValueError(f"concurrency levels must be ints >= 1, got {concurrency!r}")
+    for c in concurrency:
         log(f"serve bench: concurrency {c}: starting {len(argvs)} servers")
         servers: Dict[str, ServerProcess] = {}
         dec = None
@@ -150,8 +156,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
                 servers[name] = ServerProcess(argv(port, c), port, logf)
                 run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)  # warm-up
             if c == 1:
+                # the server's prompt cache too: the same requests, only not through HTTP
                 dec = Decoder(model, drafter=HTTP_VS_DECODER, n_max=N_MAX, n_ctx=N_CTX,
-                              n_threads=threads)
+                              n_threads=threads, prompt_cache_mib=PROMPT_CACHE_MIB)
                 dec.generate(prompts[0], max_tokens=8)
             merged: Dict[str, LoadResult] = {}
             names = list(servers) + ([direct] if dec is not None else [])
@@ -174,25 +181,27 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             if res.errors:
                 rows[name][str(c)]["error_samples"] = res.errors[:3]
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
-                               "n_max": N_MAX, "reps": reps, "concurrency": list(CONCURRENCY),
+                               "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
-    best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS])
-    best_llama = _best(rows, [f"llama-server {t}" for t in LLAMA_SPEC_TYPES])
+    best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS], concurrency)
+    best_llama = _best(rows, [f"llama-server {t}" for t in LLAMA_SPEC_TYPES], concurrency)
     results["ratios"] = {c: {
         "best_spec": _ratio(rows, best_specdec[c], best_llama[c], c),
         "best_specdec": best_specdec[c], "best_llama_server": best_llama[c],
         "plain": _ratio(rows, "specdec plain", "llama-server plain", c)}
-        for c in map(str, CONCURRENCY)}
-    results["http_vs_decoder_c1"] = {
-        "drafter": HTTP_VS_DECODER, "decoder_tok_s": rows[direct]["1"]["tokens_per_s"],
-        "ratio": _ratio(rows, f"specdec {HTTP_VS_DECODER}", direct, "1")}
+        for c in map(str, concurrency)}
+    if 1 in concurrency:
+        results["http_vs_decoder_c1"] = {
+            "drafter": HTTP_VS_DECODER, "decoder_tok_s": rows[direct]["1"]["tokens_per_s"],
+            "ratio": _ratio(rows, f"specdec {HTTP_VS_DECODER}", direct, "1")}
     (out_dir / "serve.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
 
 
-def _best(rows: Dict[str, Any], names: Sequence[str]) -> Dict[str, str]:
+def _best(rows: Dict[str, Any], names: Sequence[str], concurrency: Sequence[int]
+          ) -> Dict[str, str]:
     return {str(c): max(names, key=lambda n: rows[n][str(c)]["tokens_per_s"])
-            for c in CONCURRENCY}
+            for c in concurrency}
 
 
 def _ratio(rows: Dict[str, Any], a: str, b: str, c: str) -> Optional[float]:
@@ -219,7 +228,9 @@ def markdown(results: Dict[str, Any]) -> str:
         bs = "-" if r["best_spec"] is None else f"{r['best_spec']:.2f}x"
         pl = "-" if r["plain"] is None else f"{r['plain']:.2f}x"
         lines.append(f"| {c} | {bs} ({r['best_specdec']} / {r['best_llama_server']}) | {pl} |")
-    h = results["http_vs_decoder_c1"]
+    h = results.get("http_vs_decoder_c1")
+    if h is None:
+        return "\n".join(lines) + "\n"
     lines += ["", f"HTTP streaming at concurrency 1 ({h['drafter']}): {h['ratio']:.2f}x the "
               f"tok/s of the same requests through Decoder.generate in-process "
               f"({h['decoder_tok_s']:.1f} tok/s)."]

@@ -8,6 +8,9 @@ from pathlib import Path
 from typing import Any
 
 
+from ..prompt_cache import DEFAULT_MIB
+
+
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     from ..cli import _add_decoder_options, _add_model_option
 
@@ -26,6 +29,9 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--slots", "-np", type=int, default=4,
                    help="requests generated together, verified in one batch per round "
                         "(default 4); more wait in a queue. --n-ctx is per slot")
+    p.add_argument("--cache-ram", "-cram", type=float, default=None, metavar="MIB",
+                   help="host memory for the KV of prompts whose slot was taken since, restored "
+                        "when they come back (default %d MiB; 0: none)" % DEFAULT_MIB)
     _add_decoder_options(p)
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log and "
                    "every request")
@@ -41,8 +47,9 @@ def engine(path: str, args: argparse.Namespace) -> Any:
     if opts.pop("n_gpu_layers_draft") is not None:
         raise ValueError("--n-gpu-layers-draft is not available in specdec serve")
     drafters = opts.pop("drafter") or []
+    cache = DEFAULT_MIB if args.cache_ram is None else args.cache_ram
     return Engine(path, drafters=drafters, default_drafter=drafters if len(drafters) > 1 else None,
-                  n_slots=args.slots, **opts)
+                  n_slots=args.slots, prompt_cache_mib=cache, **opts)
 
 
 def run(args: argparse.Namespace) -> int:
