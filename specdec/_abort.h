@@ -156,6 +156,11 @@ static inline int32_t sd_decode(llama_context * ctx, llama_batch batch) {
     return sd_guarded<int32_t>(-100, [&] { return llama_decode(ctx, batch); });
 }
 
+// -100: aborted (sd_abort_take has the message)
+static inline int32_t sd_encode(llama_context * ctx, llama_batch batch) {
+    return sd_guarded<int32_t>(-100, [&] { return llama_encode(ctx, batch); });
+}
+
 static inline int32_t sd_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
                                   llama_token * tokens, int32_t n_tokens_max, bool add_special,
                                   bool parse_special) {

@@ -12,6 +12,18 @@ MTP_ARCHS = frozenset({
     "nemotron_h_moe",
 })
 
+#: archs whose graph hands out its layers' inputs (llama.cpp: t_layer_inp, read with
+#: llama_get_embeddings_layer_inp): the targets an EAGLE-3 draft can read
+LAYER_INPUT_ARCHS = frozenset({
+    "llama", "qwen3", "qwen3moe", "qwen3next", "qwen35", "qwen35moe", "qwen4exp", "gemma4",
+    "gpt-oss", "bailingmoe3", "deepseek4", "hunyuan_vl", "lfm2", "minimax-01", "minimax-m2",
+    "muse-glimmer", "nanbeige", "nemotron_h", "mimo2",
+})
+
+#: draft archs fed the target's layer inputs through an encoder graph whose output, and
+#: the decoder's pre-norm state, come out as llama.cpp's nextn embeddings
+LAYER_DRAFT_ARCHS = frozenset({"eagle3"})
+
 #: of those, the archs whose MTP graph runs several chained heads
 MTP_MULTI_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 

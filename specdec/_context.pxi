@@ -14,7 +14,7 @@ cdef cbool _load_progress(float progress, void * data) noexcept nogil:
 # the cycle collector must not clear it first
 @cython.no_gc_clear
 cdef class Context:
-    """Context(model, *, n_ctx=4096, n_batch=512, n_ubatch=None, n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rollback=0, mtp_hidden=None, flash_attn=None, swa_full=True, kv_unified=None, n_outputs_max=0, lazy_logits=False, batch_invariant=False, offload_kqv=None)
+    """Context(model, *, n_ctx=4096, n_batch=512, n_ubatch=None, n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rollback=0, mtp_hidden=None, flash_attn=None, swa_full=True, kv_unified=None, n_outputs_max=0, lazy_logits=False, batch_invariant=False, offload_kqv=None, other=None)
 --
 
     A llama.cpp context: KV / recurrent memory and the decode loop's outputs.
@@ -26,6 +26,9 @@ cdef class Context:
     qwen35/qwen35moe each decode writes only those its batch can need
     (``rollback_trim``). ``mtp_hidden`` turns on the target's hidden states for MTP:
     ``"masked"`` (rows for output tokens only) or ``"dense"`` (one row per batch entry).
+    ``other`` is the target context an EAGLE-3 draft without its own token embeddings or
+    LM head borrows them from (llama.cpp: ``ctx_other``); ``set_layer_inputs`` makes a target
+    keep the layer inputs such a draft reads, and ``encode`` runs the draft's encoder.
     ``batch_invariant=True`` makes every row of a batch of 2 rows or more come out
     bit-identical whatever else the batch holds (exact mode): CPU backends only,
     weights not repacked (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``.
@@ -54,7 +57,7 @@ cdef class Context:
                  n_threads=None, n_threads_batch=None, n_seq_max=1, kind="default", n_rollback=0,
                  mtp_hidden=None, flash_attn=None, swa_full=True, kv_unified=None,
                  n_outputs_max=0, bint lazy_logits=False, bint batch_invariant=False,
-                 offload_kqv=None):
+                 offload_kqv=None, Context other=None):
         if self.ctx != NULL:
             raise RuntimeError("Context is already initialised")
         model._alive()
@@ -66,6 +69,13 @@ cdef class Context:
         n_threads = p.n_threads
         n_outputs_max = p.n_outputs_max
         cdef bint is_mtp = p.ctx_type == LLAMA_CONTEXT_TYPE_MTP
+        if other is not None:
+            if model.arch not in LAYER_DRAFT_ARCHS:
+                raise ValueError(f"other= is for draft models that borrow the target's "
+                                 f"embeddings and LM head ({sorted(LAYER_DRAFT_ARCHS)}), not "
+                                 f"{model.arch!r}")
+            other._alive()
+            p.ctx_other = other.ctx
         p.abort_callback = _abort_cb
         p.abort_callback_data = <void *> &self._stop
         if lazy_logits:
@@ -90,6 +100,7 @@ cdef class Context:
             why_s = _recent_errors()
             raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
         self.model = model
+        self.other = other
         self.invariant_rows = 0
         if batch_invariant:
             if sd_count_local_accelerators(self.ctx) > 0:
@@ -318,11 +329,11 @@ cdef class Context:
             raise ValueError("cannot decode an empty batch")
         if n > self.n_batch:
             raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
-        if self.is_mtp:
+        if self.is_mtp or self.model.arch in LAYER_DRAFT_ARCHS:
             if batch.n_embd != self._n_embd_in:
-                raise ValueError(f"an MTP context needs batches with a token and a hidden row of "
-                                 f"{self._n_embd_in} floats per entry (Batch(n_embd=...)), got "
-                                 f"n_embd={batch.n_embd}")
+                raise ValueError(f"an MTP or EAGLE-3 draft context needs batches with a token "
+                                 f"and a hidden row of {self._n_embd_in} floats per entry "
+                                 f"(Batch(n_embd=...)), got n_embd={batch.n_embd}")
         elif batch.n_embd != 0:
             raise ValueError("this context decodes token batches; the batch carries embedding rows")
         for s in range(self.n_seq_max):
@@ -409,6 +420,7 @@ cdef class Context:
             raise DecodeError(f"llama_decode failed ({rc})" + (f": {why_s}" if why_s else ""))
         self._lazy = _lazy_head_finish(self._head, n_out, self.n_vocab) == 1
         self._last_n_tokens = n
+        self._layer_inp_ok = not self._layer_inp.empty()
         self._out_row.resize(n)
         k = 0
         for i in range(n):
@@ -459,6 +471,102 @@ cdef class Context:
         if self._mtp_hidden == 1 and self._out_row[i] < 0:
             return NULL
         return llama_get_embeddings_nextn_ith(self.ctx, i)
+
+    cdef float * layer_inp_c(self, int lid, int i) noexcept nogil:
+        """Row ``i`` of the last decode's input to layer ``lid`` (NULL unless kept)."""
+        cdef size_t k
+        if not self._layer_inp_ok or i < 0 or i >= self._last_n_tokens:
+            return NULL
+        for k in range(self._layer_inp.size()):
+            if self._layer_inp[k] == lid:
+                return llama_get_embeddings_layer_inp(self.ctx, <uint32_t>lid) + \
+                    <size_t>i * self.model.n_embd
+        return NULL
+
+    def set_layer_inputs(self, layers):
+        """Keep the input of each of ``layers`` for every row of every decode (``()``: none).
+
+        EAGLE-3 drafts read them (llama.cpp: ``llama_set_embeddings_layer_inp``). Only
+        architectures whose graph hands them out can (``LAYER_INPUT_ARCHS``): on the others
+        llama.cpp would abort building the graph."""
+        self._alive()
+        ids = tuple(layers or ())
+        for lid in ids:
+            if isinstance(lid, bool) or not isinstance(lid, (int, np.integer)):
+                raise TypeError(f"layer ids must be ints, got {lid!r}")
+        if ids:
+            if self.is_mtp or self.model.arch not in LAYER_INPUT_ARCHS:
+                raise ValueError(f"architecture {self.model.arch!r} does not hand out its layer "
+                                 f"inputs in llama.cpp (those that do: {sorted(LAYER_INPUT_ARCHS)})")
+            bad = [lid for lid in ids if not 0 <= lid < self.model.n_layer]
+            if bad:
+                raise ValueError(f"layer ids {bad} do not exist in the target, which has "
+                                 f"{self.model.n_layer} layers (0..{self.model.n_layer - 1})")
+        cdef int32_t lid_c
+        for lid_c in self._layer_inp:
+            llama_set_embeddings_layer_inp(self.ctx, <uint32_t>lid_c, False)
+        self._layer_inp.clear()
+        for lid in dict.fromkeys(ids):
+            llama_set_embeddings_layer_inp(self.ctx, <uint32_t>lid, True)
+            self._layer_inp.push_back(lid)
+        self._layer_inp_ok = False
+
+    @property
+    def layer_inputs(self) -> tuple:
+        """The layers whose inputs every decode keeps (``set_layer_inputs``)."""
+        return tuple(self._layer_inp)
+
+    def layer_input_rows(self, layer):
+        """The last decode's input to ``layer``: a read-only (rows, n_embd) view, one row per
+        batch entry, valid until the next decode."""
+        layer = _int_arg("layer", layer, I32_MIN, I32_MAX)
+        self._alive()
+        if layer not in tuple(self._layer_inp):
+            raise ValueError(f"layer {layer}'s inputs are not kept: set_layer_inputs first")
+        cdef float * p = self.layer_inp_c(layer, 0)
+        if p == NULL:
+            raise IndexError("no decode since the layer inputs were turned on")
+        return _view(self, p, self._last_n_tokens, self.model.n_embd)
+
+    cdef int encode_c(self, Batch batch) except -1:
+        """Run a draft model's encoder (EAGLE-3: target features in, ``g`` rows out as the
+        dense MTP hidden rows) over ``batch``'s embedding rows, GIL released."""
+        self._alive()
+        if self.model.arch not in LAYER_DRAFT_ARCHS:
+            raise ValueError(f"encode runs the encoder of {sorted(LAYER_DRAFT_ARCHS)} drafts, "
+                             f"not of {self.model.arch!r}")
+        cdef int n = batch.b.n_tokens
+        cdef int width = len(self.model.target_layers) * self.model.target_hidden_size
+        if batch.n_embd != width:
+            raise ValueError(f"the encoder takes rows of {width} floats (target layers x target "
+                             f"hidden size), the batch has {batch.n_embd}")
+        if not 1 <= n <= self.n_ubatch:
+            raise ValueError(f"an encode takes 1..{self.n_ubatch} rows (n_ubatch), got {n}")
+        if self._mtp_hidden != 2:
+            raise ValueError("the encoder's rows come out as MTP hidden rows: "
+                             "set_mtp_hidden('dense') first")
+        cdef llama_batch eb = batch.b
+        eb.token = NULL     # features only
+        cdef int32_t rc = 0
+        self._enter()
+        try:
+            with nogil:
+                rc = sd_encode(self.ctx, eb)
+        finally:
+            self._leave()
+        self._last_n_tokens = 0
+        self._out_row.clear()
+        self._check_abort("encode")
+        if rc != 0:
+            why_s = _recent_errors()
+            raise DecodeError(f"llama_encode failed ({rc})" + (f": {why_s}" if why_s else ""))
+        self._last_n_tokens = n
+        self._out_row.assign(n, -1)     # hidden rows only, no logits
+        return 0
+
+    def encode(self, Batch batch not None):
+        """Run the draft encoder over ``batch``'s embedding rows (see ``encode_c``)."""
+        self.encode_c(batch)
 
     cdef int _row_index(self, int i, str what) except -1:
         self._alive()

@@ -98,7 +98,7 @@ cdef int _check_mtp_model(Model model, bint is_mtp) except -1:
     if is_mtp and model.n_mtp_layers <= 0:
         raise ValueError(f"model {os.path.basename(model.path)!r} ({model.arch}) has no MTP "
                          "layers")
-    if model.arch not in MTP_ARCHS:
+    if model.arch not in MTP_ARCHS and (is_mtp or model.arch not in LAYER_DRAFT_ARCHS):
         raise ValueError(f"architecture {model.arch!r} has no MTP graph in llama.cpp")
     if is_mtp and not model.mtp_loaded:
         raise ValueError("the model was loaded with load_mtp=False: reload it with "

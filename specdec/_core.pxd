@@ -92,6 +92,9 @@ cdef class Context:
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
     cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
     cdef object _aborted        # (call, llama.cpp's message) once an abort has freed it
+    cdef readonly Context other # the target whose weights an EAGLE-3 draft borrows (ctx_other)
+    cdef vector[int32_t] _layer_inp  # layers whose inputs every decode keeps (set_layer_inputs)
+    cdef bint _layer_inp_ok     # the last decode made them (False until one has)
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept
@@ -107,6 +110,8 @@ cdef class Context:
     cdef float * logits_c(self, int i) noexcept nogil
     cdef void prepare_logits_c(self, int i0, int n) noexcept nogil
     cdef float * mtp_hidden_c(self, int i) noexcept nogil
+    cdef float * layer_inp_c(self, int lid, int i) noexcept nogil
+    cdef int encode_c(self, Batch batch) except -1
     cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1

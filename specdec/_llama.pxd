@@ -251,6 +251,10 @@ cdef extern from "llama-ext.h" nogil:
     void llama_set_nextn_layer_offset(llama_context * ctx, int32_t offset)
     float * llama_get_embeddings_nextn(llama_context * ctx)
     float * llama_get_embeddings_nextn_ith(llama_context * ctx, int32_t i)
+    void llama_set_embeddings_layer_inp(llama_context * ctx, uint32_t lid, cbool value)
+    float * llama_get_embeddings_layer_inp(llama_context * ctx, uint32_t lid)
+    const int32_t * llama_model_target_layer_ids(const llama_model * model)
+    uint32_t llama_model_target_layer_ids_n(const llama_model * model)
 
 
 cdef extern from "_abort.h" nogil:
@@ -260,6 +264,7 @@ cdef extern from "_abort.h" nogil:
     llama_model * sd_model_load(const char * path, llama_model_params p)
     llama_context * sd_init_from_model(llama_model * model, llama_context_params p)
     int32_t sd_decode(llama_context * ctx, llama_batch batch)
+    int32_t sd_encode(llama_context * ctx, llama_batch batch)
     int32_t sd_tokenize(const llama_vocab * vocab, const char * text, int32_t text_len,
                         llama_token * tokens, int32_t n_tokens_max, cbool add_special,
                         cbool parse_special)

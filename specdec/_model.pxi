@@ -283,6 +283,21 @@ cdef class Model:
         return self.has_mtp_graph and self.mtp_loaded
 
     @property
+    def target_layers(self) -> tuple:
+        """The target layers whose inputs a draft model reads (EAGLE-3: llama.cpp's
+        target_layer_ids; empty for other models)."""
+        self._alive()
+        cdef const int32_t * ids = llama_model_target_layer_ids(self.model)
+        cdef uint32_t n = llama_model_target_layer_ids_n(self.model)
+        return tuple(ids[i] for i in range(n)) if ids != NULL else ()
+
+    @property
+    def target_hidden_size(self) -> int:
+        """The target hidden size a draft model reads (EAGLE-3), 0 for other models."""
+        v = self.meta(f"{self.arch}.target_hidden_size")
+        return int(v) if v else 0
+
+    @property
     def supports_partial_rollback(self) -> bool:
         """Tail tokens can be removed from a sequence (attention KV, or recurrent snapshots:
         ``Context(n_rollback=...)``)."""

@@ -5,7 +5,7 @@
 _VIEW_ATTRS = frozenset({
     "model", "n_vocab", "n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "n_rollback",
     "n_threads", "is_mtp", "mtp_hidden", "lazy_logits", "logits", "prepare_logits",
-    "mtp_hidden_row", "mtp_hidden_rows", "seq_pos_min", "seq_pos_max", "tokenize", "detokenize",
+    "mtp_hidden_row", "mtp_hidden_rows", "layer_inputs", "layer_input_rows", "seq_pos_min", "seq_pos_max", "tokenize", "detokenize",
 })
 
 

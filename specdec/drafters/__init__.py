@@ -20,6 +20,7 @@ from .registry import (BUILTINS, ENTRY_POINT_GROUP, OVERRIDE_ENV, available, cre
 
 if TYPE_CHECKING:   # type checkers see the classes; at runtime __getattr__ loads them
     from .draft_model import DraftModelDrafter as DraftModelDrafter
+    from .eagle3 import Eagle3Drafter as Eagle3Drafter
     from .layerskip import LayerSkipDrafter as LayerSkipDrafter
     from .mtp import MtpDrafter as MtpDrafter
     from .ngram import NgramDrafter as NgramDrafter

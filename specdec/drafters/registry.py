@@ -50,6 +50,8 @@ BUILTINS: Dict[str, Builtin] = {
                          "the target's own first N layers (derived once into the cache)"),
     "mtp": Builtin("mtp", "MtpDrafter", "mtp[:PATH|q8_0|q5_0|q4_0]",
                    "the target's MTP head, an MTP-only GGUF, or a requantized copy of the head"),
+    "eagle3": Builtin("eagle3", "Eagle3Drafter", "eagle3:PATH",
+                      "an EAGLE-3 head GGUF that reads the target's intermediate layer inputs"),
 }
 
 _registry: Dict[str, Callable[..., Any]] = {}

@@ -1,0 +1,332 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The EAGLE-3 drafter: a one-layer draft head fed the target's intermediate layer inputs
+(llama.cpp's ``draft-eagle3``, common/speculative.cpp).
+
+The draft GGUF (arch ``eagle3``) names the target layers it reads (``target_layers``, three
+of them). The target context keeps those layers' inputs for every row it decodes
+(``Context.set_layer_inputs``); the draft context runs two graphs:
+
+* the *encoder*: the three rows of position ``P`` side by side, through ``fc``, give ``g_P``;
+* the *decoder*: at position ``P`` it takes the pair (token ``x_{P+1}``, ``g_P``) and
+  predicts ``x_{P+2}``; its pre-norm state is the ``g`` of the next draft step.
+
+So the pair of the newest committed position waits for the next token, which only the
+target's next sample gives (the "deferred boundary" of llama.cpp). Per round and sequence:
+
+* ``observe`` encodes the committed rows' features (one encoder call) and queues the pairs
+  they complete; the last row's ``g`` is kept as the deferred one;
+* ``propose`` decodes the queue (no outputs: llama.cpp's eagle3 decoder does not prune rows,
+  so catch-up rows and draft rows never share a decode), then the seed pair (``last``,
+  deferred ``g``) and the draft steps, one row each, taking the argmax;
+* afterwards only the seed pair stays in the draft KV: it was built from the target's own
+  features; the draft steps' pairs used the draft's own state and are trimmed.
+
+Tokens that entered the target without rows to read (a reused prompt prefix) get zero
+features, as llama.cpp's draft-simple does for rows it cannot read.
+"""
+from libc.math cimport exp
+from libc.stdint cimport int32_t, int64_t
+from libc.string cimport memcpy, memset
+from libcpp.vector cimport vector
+
+from .._core cimport Model, Context, Batch
+from .._sampling cimport argmax
+from ._base cimport Drafter, Draft
+from ..placement import draft_options
+
+import os
+
+from .._archs import LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS
+
+
+cdef class Eagle3Drafter(Drafter):
+    """Eagle3Drafter(path, *, p_min=None, n_threads=None, n_gpu_layers=None, name="eagle3")
+--
+
+    ``eagle3:PATH``: draft with the EAGLE-3 head in ``PATH`` (or a loaded ``Model``), which
+    reads the target layers it names. ``p_min`` stops a draft when the head's probability of
+    its own guess falls below it (None: the Decoder's ``p_min``)."""
+    cdef readonly Model draft_model
+    cdef readonly Context draft_ctx
+    cdef Batch enc                       # feature rows for the encoder
+    cdef Batch batch                     # queued catch-up pairs, then the draft rows
+    cdef object _source
+    cdef int n_threads
+    cdef readonly tuple layers           # target layers read, in the draft's order
+    cdef vector[int32_t] lids            # the same, for the hot path
+    cdef int n_embd_tgt, n_embd
+    cdef int n_vocab_draft
+    cdef vector[float] zeros             # the features of a row the target did not hand out
+    cdef vector[vector[float]] pend      # per seq: g of the deferred (newest committed) position
+    cdef vector[int32_t] n_sync          # per seq: positions whose pair is in the KV or queued
+    cdef vector[int32_t] kept_tok        # per seq: token of the seed pair kept at n_sync-1, or -1
+    cdef vector[float] h                 # the draft step's pre-norm state
+    cdef int64_t n_decodes, n_encodes, n_catchup
+
+    def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None,
+                 name="eagle3"):
+        super().__init__(name)
+        if path in (None, ""):
+            raise ValueError("the eagle3 drafter needs a draft GGUF: eagle3:PATH")
+        self.n_gpu_layers = n_gpu_layers
+        self._source = path
+        self._set_p_min(p_min, 0.0)
+        self.n_threads = 0 if n_threads is None else int(n_threads)
+
+    @property
+    def has_model(self):
+        return True
+
+    def close(self):
+        """Free the draft context now (the drafter cannot draft afterwards)."""
+        if self.draft_ctx is not None:
+            self.draft_ctx.close()
+        self.draft_ctx = None
+        self.batch = None
+        self.enc = None
+
+    # --- setup ------------------------------------------------------------------------
+
+    cdef int bind_c(self, Context target, int n_seq) except -1:
+        Drafter.bind_c(self, target, n_seq)
+        cdef Model tm = target.model
+        if isinstance(self._source, Model):
+            self.draft_model = self._source
+        else:
+            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=tm.use_extra_bufts,
+                                     **draft_options(tm.placement, self.n_gpu_layers))
+        cdef Model dm = self.draft_model
+        name = os.path.basename(dm.path)
+        if dm.arch not in LAYER_DRAFT_ARCHS:
+            raise ValueError(f"{name!r} is a {dm.arch!r} model, not an EAGLE-3 draft")
+        if tm.arch not in LAYER_INPUT_ARCHS:
+            raise ValueError(f"the target's architecture {tm.arch!r} does not hand out its layer "
+                             f"inputs in llama.cpp, so no EAGLE-3 draft can read it")
+        layers = dm.target_layers
+        if len(layers) != 3:
+            raise ValueError(f"{name!r} reads {len(layers)} target layers; EAGLE-3 reads 3")
+        bad = [i for i in layers if not 0 <= i < tm.n_layer]
+        if bad:
+            raise ValueError(f"{name!r} reads target layers {list(layers)}, but the target has "
+                             f"{tm.n_layer} layers: {bad} do not exist")
+        if dm.target_hidden_size != tm.n_embd:
+            raise ValueError(f"{name!r} was made for a target of hidden size "
+                             f"{dm.target_hidden_size}; this target's is {tm.n_embd}")
+        if not tm.vocab_compatible(dm):
+            raise ValueError(f"{name!r} has a vocabulary incompatible with the target "
+                             f"({dm.n_vocab} vs {tm.n_vocab} tokens)")
+        self.layers = tuple(layers)
+        self.lids = list(layers)
+        target.set_layer_inputs(self.layers)
+        cdef int cap = target.n_batch + 1
+        self.draft_ctx = Context(dm, n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
+                                 n_threads=self.n_threads or target.n_threads,
+                                 mtp_hidden="dense", other=target)
+        if self.draft_ctx.n_ctx_seq < target.n_ctx_seq:
+            raise ValueError(f"the draft context holds {self.draft_ctx.n_ctx_seq} positions per "
+                             f"sequence, the target {target.n_ctx_seq}")
+        self.n_embd_tgt = tm.n_embd
+        self.n_embd = dm.n_embd
+        self.n_vocab_draft = min(dm.n_vocab, tm.n_vocab)
+        self.enc = Batch(self.draft_ctx.n_ubatch, n_embd=3 * self.n_embd_tgt, n_seq_max=n_seq)
+        self.batch = Batch(cap, n_embd=self.n_embd, n_seq_max=n_seq)
+        self.zeros.assign(self.n_embd_tgt, 0.0)
+        self.pend.assign(n_seq, vector[float](self.n_embd, 0.0))
+        self.n_sync.assign(n_seq, 0)
+        self.kept_tok.assign(n_seq, -1)
+        self.h.assign(self.n_embd, 0.0)
+        self.n_decodes = self.n_encodes = self.n_catchup = 0
+        return 0
+
+    cdef int _check_bound(self, int seq) except -1:
+        if self.draft_ctx is None:
+            raise RuntimeError("the eagle3 drafter is not bound to a target (Decoder does this)")
+        if seq < 0 or seq >= <int>self.n_sync.size():
+            raise ValueError(f"sequence {seq} out of range for the draft context")
+        return 0
+
+    # --- the queue of catch-up pairs --------------------------------------------------
+
+    cdef int _flush(self) except -1:
+        if self.batch.b.n_tokens == 0:
+            return 0
+        self.draft_ctx.decode_c(self.batch)
+        self.batch.clear_c()
+        self.n_decodes += 1
+        return 0
+
+    cdef int _queue(self, int32_t tok, int pos, int seq, const float * g) except -1:
+        if self.batch.b.n_tokens >= self.batch.capacity:
+            self._flush()
+        self.batch.add_embd_c(tok, pos, seq, False, g)
+        self.n_catchup += 1
+        return 0
+
+    cdef int _drop_queued(self, int seq) noexcept nogil:
+        cdef int i, j = 0, n = self.batch.b.n_tokens, E = self.n_embd
+        for i in range(n):
+            if self.batch.b.seq_id[i][0] == seq:
+                continue
+            if j != i:
+                self.batch.b.token[j] = self.batch.b.token[i]
+                self.batch.b.pos[j] = self.batch.b.pos[i]
+                self.batch.b.n_seq_id[j] = self.batch.b.n_seq_id[i]
+                self.batch.b.seq_id[j][0] = self.batch.b.seq_id[i][0]
+                self.batch.b.logits[j] = self.batch.b.logits[i]
+                memcpy(self.batch.b.embd + <size_t>j * E, self.batch.b.embd + <size_t>i * E,
+                       E * sizeof(float))
+            j += 1
+        self.batch.b.n_tokens = j
+        return 0
+
+    cdef int _forget(self, int seq) except -1:
+        self._drop_queued(seq)
+        self.draft_ctx.seq_rm_c(seq, -1, -1)
+        memset(self.pend[seq].data(), 0, self.n_embd * sizeof(float))
+        self.n_sync[seq] = 0
+        self.kept_tok[seq] = -1
+        return 0
+
+    cdef int _trim(self, int seq, int keep) except -1:
+        """Drop the pairs of ``seq`` at positions >= keep (queued ones included)."""
+        if self.n_sync[seq] <= keep:
+            return 0
+        self._flush()
+        self.draft_ctx.seq_rm_c(seq, keep, -1)
+        self.n_sync[seq] = keep
+        self.kept_tok[seq] = -1
+        return 0
+
+    # --- hooks ------------------------------------------------------------------------
+
+    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
+        self._check_bound(seq)
+        self._forget(seq)
+        return 0
+
+    cdef int _reset(self, int seq) except -1:
+        if self.draft_ctx is not None and 0 <= seq < <int>self.n_sync.size():
+            self._forget(seq)
+        return 0
+
+    cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
+        """Encode the features of the committed rows; queue the pairs they complete."""
+        self._check_bound(seq)
+        if n <= 0:
+            return 0
+        cdef int p0 = <int>self.hist(seq).size() - n   # positions of toks: p0 .. p0+n-1
+        cdef int i = 0, j, k, c0, m
+        cdef int E = self.n_embd_tgt, G = self.n_embd
+        cdef Context t = self._target
+        cdef Context dc = self.draft_ctx
+        cdef const float * src
+        cdef const float * g
+        cdef float * dst
+        # the pair of p0 - 1 is (toks[0], pend): in the KV already when the seed of the last
+        # propose was exactly that
+        if self.n_sync[seq] > p0 - 1 and p0 > 0:
+            if self.n_sync[seq] == p0 and self.kept_tok[seq] == toks[0]:
+                i = 1
+            else:
+                self._trim(seq, p0 - 1)
+        elif p0 > 0 and self.n_sync[seq] < p0 - 1:
+            raise RuntimeError(f"the EAGLE-3 context of sequence {seq} is behind the target "
+                               f"({self.n_sync[seq]} < {p0 - 1} positions)")
+        if i == 0 and p0 > 0:
+            self._queue(toks[0], p0 - 1, seq, self.pend[seq].data())
+        # encode the rows in chunks; pair (toks[j+1], g_j) at p0+j, the last g deferred
+        c0 = 0
+        while c0 < n:
+            m = min(n - c0, self.enc.capacity)
+            self.enc.clear_c()
+            for j in range(m):
+                self.enc.add_c(0, p0 + c0 + j, seq, True)
+                dst = self.enc.b.embd + <size_t>j * 3 * E
+                for k in range(3):
+                    src = t.layer_inp_c(self.lids[k], row0 + c0 + j) if row0 >= 0 else NULL
+                    memcpy(dst + k * E, src if src != NULL else self.zeros.data(),
+                           E * sizeof(float))
+            dc.encode_c(self.enc)
+            self.n_encodes += 1
+            for j in range(m):
+                g = dc.mtp_hidden_c(j)
+                if g == NULL:
+                    raise RuntimeError("the EAGLE-3 encoder gave no output row")
+                if c0 + j + 1 < n:
+                    self._queue(toks[c0 + j + 1], p0 + c0 + j, seq, g)
+                else:
+                    memcpy(self.pend[seq].data(), g, G * sizeof(float))
+            c0 += m
+        self.n_sync[seq] = p0 + n - 1
+        self.kept_tok[seq] = -1
+        return 0
+
+    cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil:
+        """Whether softmax(lg)[y] >= p_min (y is the argmax)."""
+        if self.p_min <= 0.0:
+            return True
+        cdef double mx = lg[y], z = 0.0
+        cdef int j
+        for j in range(self.n_vocab_draft):
+            z += exp(lg[j] - mx)
+        return 1.0 / z >= self.p_min
+
+    cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        self._check_bound(seq)
+        cdef int L = self.hist(seq).size()
+        if n_max <= 0 or L == 0:
+            return 0
+        if self.n_sync[seq] != L - 1:
+            self._trim(seq, L - 1)
+            if self.n_sync[seq] != L - 1:
+                raise RuntimeError(f"the EAGLE-3 context of sequence {seq} is behind the target "
+                                   f"({self.n_sync[seq]} < {L - 1} positions)")
+        self._flush()
+        cdef Context c = self.draft_ctx
+        cdef Model tm = self._target.model
+        cdef int i, n_dec = 0, n_ctx_seq = c.n_ctx_seq
+        cdef int32_t tok = last, y
+        cdef const float * g = self.pend[seq].data()
+        cdef const float * lg
+        cdef const float * hh
+        for i in range(n_max):
+            if L - 1 + i >= n_ctx_seq:
+                break
+            self.batch.add_embd_c(tok, L - 1 + i, seq, True, g)
+            c.decode_c(self.batch)
+            self.batch.clear_c()
+            self.n_decodes += 1
+            n_dec += 1
+            lg = c.logits_c(0)
+            hh = c.mtp_hidden_c(0)
+            if lg == NULL or hh == NULL:
+                raise RuntimeError("the EAGLE-3 context gave no output for a draft row")
+            memcpy(self.h.data(), hh, self.n_embd * sizeof(float))
+            g = self.h.data()
+            y = argmax(lg, self.n_vocab_draft)
+            if not self._confident(lg, y):
+                break
+            out.tokens.push_back(y)
+            if tm.is_eog_c(y):
+                break
+            tok = y
+        # keep the seed pair (built from the target's own g); the draft steps' go
+        if n_dec > 0:
+            if n_dec > 1:
+                c.seq_rm_c(seq, L, -1)
+            self.n_sync[seq] = L
+            self.kept_tok[seq] = last
+        return 0
+
+    # --- introspection ----------------------------------------------------------------
+
+    def counters(self) -> dict:
+        """Draft decodes and encodes run, and catch-up pairs queued (since bind)."""
+        return {"decodes": self.n_decodes, "encodes": self.n_encodes,
+                "catchup_rows": self.n_catchup}
+
+    def synced(self, int seq=0) -> int:
+        """Positions of ``seq`` whose pair is in the draft context or queued for it."""
+        self._check_bound(seq)
+        return self.n_sync[seq]
