@@ -216,7 +216,7 @@ cdef class Eagle3Drafter(Drafter):
         if n <= 0:
             return 0
         cdef int p0 = <int>self.hist(seq).size() - n   # positions of toks: p0 .. p0+n-1
-        cdef int i = 0, j, k, c0, m
+        cdef int i = 0, j, k, c0, m, pe
         cdef int E = self.n_embd_tgt, G = self.n_embd
         cdef Context t = self._target
         cdef Context dc = self.draft_ctx
@@ -235,13 +235,16 @@ cdef class Eagle3Drafter(Drafter):
                                f"({self.n_sync[seq]} < {p0 - 1} positions)")
         if i == 0 and p0 > 0:
             self._queue(toks[0], p0 - 1, seq, self.pend[seq].data())
-        # encode the rows in chunks; pair (toks[j+1], g_j) at p0+j, the last g deferred
+        # encode the rows in chunks; pair (toks[j+1], g_j) at p0+j, the last g deferred.
+        # The encoder ignores positions, but llama.cpp checks them against the sequence's
+        # memory: they continue it, as llama.cpp's recipe does
         c0 = 0
         while c0 < n:
             m = min(n - c0, self.enc.capacity)
             self.enc.clear_c()
+            pe = dc.pos_max_c(seq) + 1
             for j in range(m):
-                self.enc.add_c(0, p0 + c0 + j, seq, True)
+                self.enc.add_c(0, pe + j, seq, True)
                 dst = self.enc.b.embd + <size_t>j * 3 * E
                 for k in range(3):
                     src = t.layer_inp_c(self.lids[k], row0 + c0 + j) if row0 >= 0 else NULL

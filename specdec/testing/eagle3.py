@@ -124,20 +124,33 @@ def write_eagle3_draft(
     dtype: str = "f32",
     target_layers: tuple[int, ...] | None = None,
     target_hidden_size: int | None = None,
+    n_vocab: int | None = None,
 ) -> Path:
     """Write an EAGLE-3 draft for the bigram target at ``target`` (see the module notes).
 
     ``noise`` dials acceptance down from ~100% (:func:`noise_for_acceptance` finds the
     noise for a wanted rate). ``target_layers`` defaults to llama.cpp's usual low/mid/high
-    choice, ``(2, n/2, n-1)`` clipped to the target. ``target_layers`` and
-    ``target_hidden_size`` may be set wrong on purpose (tests of the errors); the tensors
-    follow the target.
+    choice, ``(2, n/2, n-1)`` clipped to the target. ``target_layers``,
+    ``target_hidden_size`` and a smaller ``n_vocab`` may be set wrong on purpose (tests of
+    the errors); the tensors follow the target otherwise.
     """
-    embd, succ, n_layer, n_vocab = _target_facts(target)
+    embd, succ, n_layer, n_target_vocab = _target_facts(target)
+    n_vocab = n_target_vocab if n_vocab is None else int(n_vocab)
+    if not 0 < n_vocab <= n_target_vocab:
+        raise ValueError(f"n_vocab must be in 1..{n_target_vocab}, got {n_vocab}")
     E = embd.shape[1]
     if target_layers is None:
         target_layers = (min(2, n_layer - 1), n_layer // 2, n_layer - 1)
     tensors = _draft_tensors(embd, succ, float(noise), seed)
+    for name in ("token_embd.weight", "output.weight"):
+        tensors[name] = np.ascontiguousarray(tensors[name][:n_vocab])
+    hidden = int(target_hidden_size or E)
+    if hidden != E:     # fc shaped for the declared size, so that llama.cpp loads the file
+        fc = np.zeros((E + _N_CONST, 3 * hidden), dtype=np.float32)
+        k = min(hidden, E)
+        for b in range(3):
+            fc[:, b * hidden:b * hidden + k] = tensors["fc.weight"][:, b * E:b * E + k]
+        tensors["fc.weight"] = fc
     layout = {name: tuple(reversed(a.shape)) for name, a in tensors.items()}
 
     def add_kv(w: gguf.GGUFWriter) -> None:
@@ -152,7 +165,7 @@ def write_eagle3_draft(
         w.add_layer_norm_rms_eps(1e-6)
         w.add_key_value(f"{ARCH}.target_layers", [int(i) for i in target_layers],
                         gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
-        w.add_uint32(f"{ARCH}.target_hidden_size", int(target_hidden_size or E))
+        w.add_uint32(f"{ARCH}.target_hidden_size", hidden)
         w.add_bool(f"{ARCH}.norm_before_residual", True)
         add_test_tokenizer(w, n_vocab)
         w.add_float32(NOISE_KEY, float(noise))
@@ -161,16 +174,31 @@ def write_eagle3_draft(
                       name="bigram-eagle3")
 
 
-def _first_draft_hits(t: dict[str, np.ndarray], embd: np.ndarray, succ: np.ndarray,
-                      x0: np.ndarray) -> np.ndarray:
-    x1 = succ[x0]
+def _first_drafts(t: dict[str, np.ndarray], embd: np.ndarray, x0: np.ndarray,
+                  x1: np.ndarray) -> np.ndarray:
     feats = np.concatenate([embd[x0]] * 3, axis=1)
     g = feats @ t["fc.weight"].T
     e = _rmsnorm(t["token_embd.weight"][x1], t["blk.0.attn_norm.weight"])
     g_norm = _rmsnorm(g, t["blk.0.attn_norm_2.weight"])
     attn = (np.concatenate([e, g_norm], axis=1) @ t["blk.0.attn_v.weight"].T) @ t["blk.0.attn_output.weight"].T
     logits = _rmsnorm(attn + g_norm, t["output_norm.weight"]) @ t["output.weight"].T
-    return np.argmax(logits, axis=-1) == succ[x1]
+    return np.argmax(logits, axis=-1)
+
+
+def _first_draft_hits(t: dict[str, np.ndarray], embd: np.ndarray, succ: np.ndarray,
+                      x0: np.ndarray) -> np.ndarray:
+    x1 = succ[x0]
+    return _first_drafts(t, embd, x0, x1) == succ[x1]
+
+
+def eagle3_first_draft(target: str | os.PathLike[str], draft: str | os.PathLike[str],
+                       x0: np.ndarray, x1: np.ndarray) -> np.ndarray:
+    """The draft's first token after the pair (``x1``, features of ``x0``), in numpy: what
+    it must propose when ``x0`` is the newest committed token and ``x1`` the pending one."""
+    embd = _Tensors(target)["token_embd.weight"]
+    ds = _Tensors(draft)
+    t = {name: ds[name] for name in ds.by_name}
+    return _first_drafts(t, embd, np.asarray(x0, dtype=np.int64), np.asarray(x1, dtype=np.int64))
 
 
 def eagle3_draft_accuracy(target: str | os.PathLike[str], draft: str | os.PathLike[str], *,
