@@ -30,6 +30,10 @@ def setup(request, tiny_dense_path, bigram_tiny_path, tmp_path, monkeypatch):
     def get_setup(name):
         if name == "mtp":
             return bigram_tiny_path, (), [1, 2, 3]
+        if name == "eagle3":
+            from specdec.testing.eagle3 import write_eagle3_draft
+            head = write_eagle3_draft(tmp_path / "eagle3.gguf", bigram_tiny_path)
+            return bigram_tiny_path, (str(head),), [1, 2, 3]
         args = {"draft": (tiny_dense_path,), "layerskip": (1,), "ngram-map": (1, 4),
                 "ngram-map-k4v": (1, 4)}.get(name, ())
         return tiny_dense_path, args, REPEAT
