@@ -40,6 +40,11 @@ PARTIAL_ROLLBACK_ARCHS = frozenset({
 #: go together on these only
 LAZY_MTP_ARCHS = frozenset({"qwen35", "qwen35moe"})
 
+#: archs whose MTP graph keeps only the output rows before its hidden state (h_nextn): an
+#: MTP context of theirs reads hidden rows masked (one per output row); dense reading, one
+#: row per batch entry, would run past the tensor (llama.cpp aborts)
+MTP_PRUNED_ARCHS = frozenset({"qwen3next", "mimo2", "step35", "deepseek4"})
+
 #: archs whose decode graphs may keep fewer rollback snapshots than the context holds
 #: (their graph code reads cparams.n_rs_seq the way _rs_graph.h assumes: delta-net layers)
 ROLLBACK_TRIM_ARCHS = frozenset({"qwen35", "qwen35moe"})

@@ -245,10 +245,14 @@ cdef class Context:
             if self._head.enabled and self.model.arch not in LAZY_MTP_ARCHS:
                 raise ValueError(f"MTP hidden states and lazy_logits go together only on "
                                  f"{sorted(LAZY_MTP_ARCHS)}")
-        # llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on an MTP context is
-        # only right when every row is an output; "dense" is right for mixed batches
+        # most of llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on their MTP
+        # context is only right when every row is an output and "dense" is right for mixed
+        # batches; the pruned ones keep only the output rows, which "masked" reads
         if self.is_mtp and mode is None:
             raise ValueError("an MTP context always outputs its hidden states")
+        if self.is_mtp and mode == "dense" and self.model.arch in MTP_PRUNED_ARCHS:
+            raise ValueError(f"{self.model.arch}'s MTP graph keeps hidden states of output rows "
+                             "only: its MTP context reads them with mtp_hidden='masked'")
         self._mtp_hidden = 0 if mode is None else (1 if mode == "masked" else 2)
         llama_set_embeddings_nextn(self.ctx, mode is not None, mode == "masked")
 

@@ -39,7 +39,8 @@ import weakref
 import numpy as np
 
 from ._archs import (LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS, LAZY_MTP_ARCHS, MTP_ARCHS,
-                     MTP_MULTI_HEAD_ARCHS, PARTIAL_ROLLBACK_ARCHS, ROLLBACK_TRIM_ARCHS)
+                     MTP_MULTI_HEAD_ARCHS, MTP_PRUNED_ARCHS, PARTIAL_ROLLBACK_ARCHS,
+                     ROLLBACK_TRIM_ARCHS)
 from ._gguf_check import GGUFError, check_gguf
 from .placement import Placement
 

@@ -1,6 +1,7 @@
-"""Checkpoint rollback: recurrent and hybrid targets without n_rollback snapshots (mamba2;
-qwen3next, whose attention KV is trimmed while its recurrent part is restored) save their
-state before a verify, restore it on a partial accept and decode the kept tokens again. Greedy output in exact mode must equal plain output token for token, and a
+"""Checkpoint rollback: recurrent and hybrid targets without n_rollback snapshots (mamba2, rwkv7;
+qwen3next, whose attention KV is trimmed while its recurrent part is restored, with n-gram,
+draft-model and its own MTP drafts) save their state before a verify, restore it on a
+partial accept and decode the kept tokens again. Greedy output in exact mode must equal plain output token for token, and a
 restored-then-continued state must equal a replay bit for bit."""
 import numpy as np
 import pytest
@@ -21,7 +22,14 @@ def qwen3next(tiny_qwen3next_path):
     return specdec.Model(tiny_qwen3next_path, use_extra_bufts=False)
 
 
-@pytest.fixture(scope="module", params=["mamba2", "qwen3next"])
+@pytest.fixture(scope="module")
+def rwkv7(model_file):
+    from specdec.testing import write_tiny_rwkv7
+    return specdec.Model(model_file("tiny-rwkv7.gguf", lambda p: write_tiny_rwkv7(p, seed=1)),
+                         use_extra_bufts=False)
+
+
+@pytest.fixture(scope="module", params=["mamba2", "qwen3next", "rwkv7"])
 def target(request):
     return request.getfixturevalue(request.param)
 
@@ -76,11 +84,63 @@ def test_exact_ngram_equals_plain(target, n_max):
     assert redecodes > 0 and accepted > 0
 
 
-def test_exact_draft_model_equals_plain(mamba2, draft_path):
-    spec = Decoder(mamba2, drafter=f"draft:{draft_path}", n_max=4, adaptive=True, exact=True,
+@pytest.mark.parametrize("name", ["mamba2", "rwkv7"])
+def test_exact_draft_model_equals_plain(request, name, draft_path):
+    model = request.getfixturevalue(name)
+    spec = Decoder(model, drafter=f"draft:{draft_path}", n_max=4, adaptive=True, exact=True,
                    n_ctx=512)
-    drafted, accepted, redecodes = _equals_exact_plain(mamba2, spec, n_prompts=4, max_tokens=48)
+    drafted, accepted, redecodes = _equals_exact_plain(model, spec, n_prompts=4, max_tokens=48)
     assert drafted > 0 and redecodes > 0
+
+
+@pytest.fixture(scope="module")
+def qwen3next_bigram(model_file):
+    """qwen3next_bigram(noise) -> path: a qwen3next bigram target whose MTP head drafts its
+    next token (noise on the head's eh_proj lowers acceptance)."""
+    from specdec.testing import write_bigram_mtp_model
+    return lambda noise: model_file(
+        f"bigram-qwen3next-n{noise}.gguf",
+        lambda p: write_bigram_mtp_model(p, arch="qwen3next", noise=noise))
+
+
+@pytest.mark.parametrize("noise", [0.0, 0.2])
+def test_exact_mtp_equals_plain_qwen3next(qwen3next_bigram, noise):
+    """The target's own MTP head on qwen3next (its MTP graph prunes to the output rows, so
+    the head's context reads hidden rows masked), rolled back by checkpoints."""
+    from specdec.testing import mtp_draft_accuracy
+    path = qwen3next_bigram(noise)
+    model = specdec.Model(path, load_mtp=True, use_extra_bufts=False)
+    spec = Decoder(model, drafter="mtp", n_max=4, adaptive=True, exact=True, n_ctx=512)
+    drafted, accepted, redecodes = _equals_exact_plain(model, spec, n_prompts=None,
+                                                      max_tokens=48)
+    print(f"qwen3next MTP noise {noise}: accepted {accepted}/{drafted} "
+          f"(head accuracy {mtp_draft_accuracy(path):.2f}), {redecodes} re-decodes")
+    assert drafted > 0 and accepted > 0.5 * drafted
+    if noise:
+        assert accepted < drafted and redecodes > 0
+
+
+def test_exact_mtp_random_qwen3next(model_file):
+    """A random MTP head is nearly always wrong: every round restores and decodes again."""
+    from specdec.testing import write_tiny_qwen3next
+    path = model_file("tiny-qwen3next-mtp-3.gguf", lambda p: write_tiny_qwen3next(p, seed=3))
+    model = specdec.Model(path, load_mtp=True, use_extra_bufts=False)
+    spec = Decoder(model, drafter="mtp", n_max=3, adaptive=True, exact=True, n_ctx=512)
+    drafted, accepted, redecodes = _equals_exact_plain(model, spec, n_prompts=3, max_tokens=40)
+    assert drafted > 0 and redecodes > 0
+
+
+def test_pruned_mtp_graph_refuses_dense_rows(qwen3next_bigram):
+    """qwen3next's MTP graph keeps hidden rows of output tokens only: reading one per batch
+    entry would run past the tensor, so it is refused before llama.cpp could abort."""
+    model = specdec.Model(qwen3next_bigram(0.0), load_mtp=True)
+    with pytest.raises(ValueError, match="masked"):
+        Context(model, kind="mtp", n_ctx=64, mtp_hidden="dense")
+    ctx = Context(model, kind="mtp", n_ctx=64)
+    assert ctx.mtp_hidden == "masked"
+    with pytest.raises(ValueError, match="masked"):
+        ctx.set_mtp_hidden("dense")
+    assert ctx.mtp_hidden == "masked"
 
 
 class Wrong(Drafter):

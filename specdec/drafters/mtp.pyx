@@ -29,6 +29,8 @@ nothing else:
 The MTP contexts run with ``mtp_hidden="dense"``: in masked mode llama.cpp copies
 the first ``n_outputs`` rows of the MTP graph's (unpruned) hidden states, so a
 draft row decoded behind catch-up rows would get the first catch-up row's ``h``.
+The archs whose MTP graph prunes to the output rows first (``MTP_PRUNED_ARCHS``,
+qwen3next among them) hold exactly those rows, so their MTP contexts run masked.
 
 Models with several trained heads (step35, mimo2, hy_v3) chain them instead:
 draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
@@ -48,7 +50,7 @@ from ..placement import draft_options
 
 import os
 
-from .._archs import MTP_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
+from .._archs import MTP_ARCHS, MTP_PRUNED_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
 from .mtp_head import HEAD_TYPES, derive_mtp_head_gguf
 
 
@@ -175,9 +177,11 @@ cdef class MtpDrafter(Drafter):
         self.head_ctxs = []
         for h in range(self.n_heads):
             # dense: llama.cpp's masked mode hands back the ubatch's *first* rows, wrong
-            # for a draft row queued behind catch-up rows (see the module notes)
+            # for a draft row queued behind catch-up rows, unless the graph pruned to
+            # the output rows (see the module notes)
             ctx = Context(mm, kind="mtp", n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
-                          n_threads=self.n_threads or target.n_threads, mtp_hidden="dense")
+                          n_threads=self.n_threads or target.n_threads,
+                          mtp_hidden="masked" if mm.arch in MTP_PRUNED_ARCHS else "dense")
             if ctx.n_ctx_seq < target.n_ctx_seq:
                 raise ValueError(f"the MTP context holds {ctx.n_ctx_seq} positions per sequence, "
                                  f"the target {target.n_ctx_seq}")

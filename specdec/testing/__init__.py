@@ -1,9 +1,11 @@
 """Synthetic GGUF models for tests and benchmarks, so nothing has to be downloaded.
 
-write_tiny_qwen35 / write_tiny_dense / write_tiny_mamba2 / write_tiny_qwen3next give
-random-weight models (shape and API coverage); write_bigram_mtp_model gives qwen35(moe) models whose greedy output
+write_tiny_qwen35 / write_tiny_dense / write_tiny_mamba2 / write_tiny_qwen3next /
+write_tiny_rwkv7 give random-weight models (shape and API coverage); write_bigram_mtp_model
+gives qwen35(moe) and qwen3next models whose greedy output
 and MTP acceptance are known, with bigram_successor / mtp_draft_accuracy as
-numpy references. ``chat`` writes tiny models with chat templates, ``gguf_fuzz`` fuzzes
+numpy references. ``vocabs`` writes one letter language under several vocabularies (drafts
+across tokenizers); ``chat`` writes tiny models with chat templates, ``gguf_fuzz`` fuzzes
 model loading (``python -m specdec.testing.gguf_fuzz``).
 
 Tooling, like ``numpy.testing``: for specdec's tests and a user's own; it imports the
@@ -16,6 +18,7 @@ from specdec.testing.tiny import (
     write_tiny_mamba2,
     write_tiny_qwen3next,
     write_tiny_qwen35,
+    write_tiny_rwkv7,
 )
 
 __all__ = [
@@ -26,4 +29,5 @@ __all__ = [
     "write_tiny_mamba2",
     "write_tiny_qwen3next",
     "write_tiny_qwen35",
+    "write_tiny_rwkv7",
 ]

@@ -1,4 +1,4 @@
-"""qwen35 / qwen35moe GGUF models whose greedy output and MTP acceptance are known in advance.
+"""qwen35 / qwen35moe / qwen3next GGUF models whose greedy output and MTP acceptance are known in advance.
 
 Every trunk layer keeps its full tensor set, so decoding costs what a real
 model of that shape costs, but the output projections (ssm_out, attn_output,
@@ -33,6 +33,7 @@ from specdec.testing.tiny import (
     add_qwen35_kv,
     add_test_tokenizer,
     qwen35_layout,
+    qwen3next_layout,
     write_gguf,
 )
 
@@ -84,9 +85,9 @@ def bigram_dims(size: str = "tiny", arch: str = "qwen35") -> Qwen35Dims:
         raise ValueError(f"size must be one of {sorted(_SIZES)}, got {size!r}")
     if arch == "qwen35":
         return _SIZES[size]
-    if arch == "qwen35moe":
+    if arch in ("qwen35moe", "qwen3next"):    # qwen3next: qwen35moe's shapes, fused ssm_ba
         return dataclasses.replace(_SIZES[size], **_MOE[size])
-    raise ValueError(f"arch must be 'qwen35' or 'qwen35moe', got {arch!r}")
+    raise ValueError(f"arch must be 'qwen35', 'qwen35moe' or 'qwen3next', got {arch!r}")
 
 
 def _sign_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -173,7 +174,7 @@ def write_bigram_mtp_model(
     return write_gguf(
         path,
         arch,
-        qwen35_layout(d, n_nextn=1),
+        (qwen3next_layout if arch == "qwen3next" else qwen35_layout)(d, n_nextn=1),
         fill,
         add_kv,
         dtype=dtype,
