@@ -18,8 +18,8 @@ from specdec.testing.tiny import (
     write_tiny_mamba2,
     write_tiny_qwen3next,
     write_tiny_qwen35,
-    write_tiny_rwkv7,
 )
+from specdec.testing.rwkv7 import write_tiny_rwkv7
 
 __all__ = [
     "bigram_successor",
