@@ -43,12 +43,12 @@ def _prompts():
                "x\n\n  " + cyc[30]])
 
 
-def _run(target, drafter, *, adaptive, max_tokens=40):
+def _run(target, drafter, *, adaptive, max_tokens=40, prompts=None):
     """Output of every prompt equals exact plain output; (generated, drafted, accepted)."""
     plain = Decoder(target, exact=True, n_ctx=512)
     spec = Decoder(target, drafter=drafter, n_max=4, adaptive=adaptive, exact=True, n_ctx=512)
     gen = drafted = accepted = 0
-    for p in _prompts():
+    for p in (prompts or []) + _prompts():
         got = spec.generate(p, max_tokens=max_tokens)
         want = plain.generate(p, max_tokens=max_tokens)
         assert got.tokens == want.tokens, p
@@ -84,6 +84,22 @@ def test_acceptance_fixed_length(target, letters, variant, mode):
     gen, drafted, accepted = _run(target, d, adaptive=False)
     print(f"{variant}/{d.translation.mode}: drafted {drafted} of {gen}, accepted {accepted}")
     assert drafted >= 0.5 * gen and accepted >= 0.9 * drafted, (gen, drafted, accepted)
+
+
+@pytest.mark.parametrize("target_variant, draft_variant", [
+    ("target", "chars"), ("chars", "target"), ("shifted", "chars"), ("chars", "padded")])
+def test_two_byte_letters(letters, target_variant, draft_variant):
+    """With two-byte letters: a bytes-only draft ends drafts inside a character (the partial
+    UTF-8 tail is held back), a bytes-only target's text ends inside one (no draft until it
+    is whole); acceptance stays high and output exact, adaptive or not."""
+    target = specdec.Model(letters(target_variant, accents=True), use_extra_bufts=False)
+    prompts = [letter_cycle(accents=True)[i:i + 5] for i in range(0, 60, 12)]
+    for adaptive in (False, True):
+        d = DraftModelDrafter(letters(draft_variant, accents=True), translate=True)
+        gen, drafted, accepted = _run(target, d, adaptive=adaptive, prompts=prompts)
+        print(f"{target_variant}<-{draft_variant} adaptive={adaptive}: drafted {drafted} of "
+              f"{gen}, accepted {accepted}")
+        assert accepted >= 0.9 * drafted and drafted >= (0.5 * gen if not adaptive else 1)
 
 
 def test_wrong_language_stays_exact(target, letters):
