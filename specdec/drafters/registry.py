@@ -45,7 +45,8 @@ BUILTINS: Dict[str, Builtin] = {
     "suffix": Builtin("suffix", "SuffixDrafter", "suffix[:DEPTH]",
                       "suffix tree over the request and earlier ones (DEPTH=64)"),
     "draft": Builtin("draft_model", "DraftModelDrafter", "draft:PATH",
-                     "a smaller GGUF with the target's vocabulary"),
+                     "a smaller GGUF with the target's vocabulary (another one with "
+                     "translate=True / --draft-translate)"),
     "layerskip": Builtin("layerskip", "LayerSkipDrafter", "layerskip:N",
                          "the target's own first N layers (derived once into the cache)"),
     "mtp": Builtin("mtp", "MtpDrafter", "mtp[:PATH|q8_0|q5_0|q4_0]",
