@@ -150,9 +150,11 @@ def _dist(ctx, prefix):
                                      top_k=TOP_K).as_dict()
 
 
-def test_sampled_distribution_matches_target(letters):
-    """A soft target (successor logit 3 plus noise) sampled with translated drafts: the
-    first three tokens follow the target's own distribution (chi-square)."""
+@pytest.mark.parametrize("variant", ["chars", "permuted"])
+def test_sampled_distribution_matches_target(letters, variant):
+    """A soft target (successor logit 3 plus noise) sampled with translated drafts (through
+    text, through the id map): the first three tokens follow the target's own distribution
+    (chi-square)."""
     model = specdec.Model(letters("target", logit=3.0, noise=1.0))
     prompt = model.tokenize(letter_cycle()[:7], add_special=False)
     ctx = Context(model, n_ctx=64, n_batch=64)
@@ -162,7 +164,7 @@ def test_sampled_distribution_matches_target(letters):
             for c, pc in _dist(ctx, prompt + [a, b]).items():
                 joint[(a, b, c)] = pa * pb * pc
     tgt = Context(model, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
-    d = DraftModelDrafter(letters("chars"), translate=True)
+    d = DraftModelDrafter(letters(variant), translate=True)
     d.configure(SpecConfig(n_max=2))
     d.bind(tgt, N_SEQ)
     ctl = CheckedController(tgt, [d], n_max=2, temperature=TEMP, top_k=TOP_K)
@@ -179,5 +181,5 @@ def test_sampled_distribution_matches_target(letters):
         accepted += st["accepted"]
     assert drafted > 0 and 0 < accepted < drafted
     p = _chi2_pvalue(counts, joint)
-    print(f"translated drafts: accepted {accepted}/{drafted}, chi-square p={p:.3f}")
+    print(f"translated drafts ({d.translation.mode}): accepted {accepted}/{drafted}, chi-square p={p:.3f}")
     assert p > 1e-3, f"chi-square p={p:.2e}: translated drafts do not follow the target"
