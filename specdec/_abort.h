@@ -151,9 +151,17 @@ static inline llama_context * sd_init_from_model(llama_model * model, llama_cont
     return c;
 }
 
-// -100: aborted (sd_abort_take has the message)
+// -100: aborted (sd_abort_take has the message). It waits for the outputs: on a GPU
+// llama_decode returns once the graph is queued, and the caller's clock (the adaptive policy's
+// verify time) is to measure the compute, not its launch.
 static inline int32_t sd_decode(llama_context * ctx, llama_batch batch) {
-    return sd_guarded<int32_t>(-100, [&] { return llama_decode(ctx, batch); });
+    return sd_guarded<int32_t>(-100, [&] {
+        int32_t rc = llama_decode(ctx, batch);
+        if (rc == 0) {
+            llama_synchronize(ctx);
+        }
+        return rc;
+    });
 }
 
 // -100: aborted (sd_abort_take has the message)

@@ -20,8 +20,9 @@
 // depend on the row count modulo 4, and the switch does not reach them.
 //
 // The switch reaches only CPU backends. sd_set_batch_invariant returns the number of backends
-// of the context's scheduler that are not the CPU (GPU, RPC, BLAS): their kernels are chosen by
-// their own rules, so the caller refuses exact mode when it is not 0.
+// of the context's scheduler that are not the CPU (a GPU, RPC servers, BLAS): their kernels are
+// chosen by their own rules, so the caller checks them (Context.check_batch_invariance) for the
+// batches it will decode, and refuses exact mode where they fail.
 #pragma once
 
 #include "ggml-backend.h"
@@ -31,6 +32,7 @@
 #include "../ggml/src/ggml-backend-impl.h"
 
 #include <string>
+#include <vector>
 
 static inline int sd_set_batch_invariant(llama_context * ctx, bool on) {
     ggml_backend_sched_t sched = ctx->get_sched();
@@ -47,36 +49,15 @@ static inline int sd_set_batch_invariant(llama_context * ctx, bool on) {
     return others;
 }
 
-// the name of the first backend that is not the CPU, "" when there is none
-static inline const char * sd_first_non_cpu_backend(llama_context * ctx) {
+// the names of the context's backends, in the scheduler's order (a GPU's, "RPC[host:port]",
+// "CPU"): which kernels compute its rows
+static inline std::vector<std::string> sd_backend_names(llama_context * ctx) {
     ggml_backend_sched_t sched = ctx->get_sched();
-    const int n = ggml_backend_sched_get_n_backends(sched);
-    for (int i = 0; i < n; i++) {
-        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
-        if (!ggml_backend_is_cpu(b)) {
-            return ggml_backend_name(b);
-        }
-    }
-    return "";
-}
-
-// 1 when the backend is llama.cpp's RPC client (its kernels run on a server, by the server's
-// rules: batch-invariant only when the server computes with reference kernels, see below)
-static inline int sd_backend_is_rpc(ggml_backend_t b) {
-    ggml_backend_dev_t dev = ggml_backend_get_device(b);
-    ggml_backend_reg_t reg = dev ? ggml_backend_dev_backend_reg(dev) : nullptr;
-    return reg && std::string(ggml_backend_reg_name(reg)) == "RPC";
-}
-
-// the number of the context's backends that are neither the CPU nor an RPC client
-static inline int sd_count_local_accelerators(llama_context * ctx) {
-    ggml_backend_sched_t sched = ctx->get_sched();
-    int n = 0;
+    std::vector<std::string> out;
     for (int i = 0; i < ggml_backend_sched_get_n_backends(sched); i++) {
-        ggml_backend_t b = ggml_backend_sched_get_backend(sched, i);
-        n += !ggml_backend_is_cpu(b) && !sd_backend_is_rpc(b);
+        out.emplace_back(ggml_backend_name(ggml_backend_sched_get_backend(sched, i)));
     }
-    return n;
+    return out;
 }
 
 // A CPU device whose backends compute with the reference kernels: what

@@ -30,11 +30,12 @@ cdef class Context:
     LM head borrows them from (llama.cpp: ``ctx_other``); ``set_layer_inputs`` makes a target
     keep the layer inputs such a draft reads, and ``encode`` runs the draft's encoder.
     ``batch_invariant=True`` makes every row of a batch of 2 rows or more come out
-    bit-identical whatever else the batch holds (exact mode): CPU backends only,
-    weights not repacked (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``.
-    Layers on RPC servers compute by the servers' kernels: ``check_batch_invariance`` tests
-    them (``specdec rpc-server --batch-invariant`` makes them hold), and ``invariant_rows``
-    says how far that was shown.
+    bit-identical whatever else the batch holds (exact mode), weights not repacked
+    (``Model(use_extra_bufts=False)``); see ``_batch_invariant.h``. That holds on the CPU.
+    Layers on a GPU or on RPC servers compute by that device's kernels, which pick their
+    algorithm by row count: ``check_batch_invariance`` tests them (``specdec rpc-server
+    --batch-invariant`` makes a server's hold), and ``invariant_rows`` says how far that was
+    shown. ``backends`` names the backends that compute the context's rows.
 
     The context holds ``n_ctx`` positions (``n_ctx_seq`` per sequence), as asked: llama.cpp
     allocates whole multiples of 256, and the core refuses positions past the size asked for.
@@ -101,17 +102,12 @@ cdef class Context:
             raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
         self.model = model
         self.other = other
+        self.backends = [b.decode("utf-8", "replace") for b in sd_backend_names(self.ctx)]
         self.invariant_rows = 0
         if batch_invariant:
-            if sd_count_local_accelerators(self.ctx) > 0:
-                other = sd_first_non_cpu_backend(self.ctx).decode()
-                llama_free(self.ctx)
-                self.ctx = NULL
-                raise ValueError(f"batch_invariant (exact mode) holds on CPU backends only (local, "
-                                 f"or RPC servers started with --batch-invariant); this context "
-                                 f"also computes on {other!r}, whose kernels are chosen by row "
-                                 f"count and not checked here")
-            # RPC servers compute by their own rules: check_batch_invariance() finds out
+            # the CPU's kernels are made batch-invariant here; a GPU's and RPC servers' follow
+            # their own rules: check_batch_invariance() finds out, and invariant_rows stays 0
+            # (not known) until it has
             self.invariant_rows = 0 if sd_set_batch_invariant(self.ctx, True) else -1
         self.batch_invariant = batch_invariant
         self.mem = llama_get_memory(self.ctx)
@@ -827,7 +823,7 @@ cdef class Context:
         two, where kernels switch, and ``max_rows``), on sequence 0 of an empty context,
         which it leaves empty. Returns 0 when they held (``invariant_rows`` then covers
         ``max_rows``), else the first row count at which a row changed. For a context whose
-        layers sit on RPC servers: their kernels are the servers' own."""
+        layers sit on a GPU or RPC servers: their kernels are the device's own."""
         max_rows = _int_arg('max_rows', max_rows, I32_MIN, I32_MAX)
         self._alive()
         if not self.batch_invariant:

@@ -75,7 +75,8 @@ cdef class Context:
     cdef readonly int n_vocab
     cdef readonly bint batch_invariant   # exact mode's kernels (see _batch_invariant.h)
     cdef readonly int invariant_rows     # batches known batch-invariant up to this many rows:
-                                         # -1 any (CPU only), 0 not yet checked (RPC servers)
+                                         # -1 any (CPU only), 0 not yet checked (a GPU, RPC)
+    cdef readonly list backends          # names of the backends computing its rows (str)
     cdef int _mtp_hidden        # hidden states for MTP (llama.cpp: nextn): 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens

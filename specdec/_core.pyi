@@ -135,6 +135,7 @@ class Context:
     batch_invariant: bool
     invariant_rows: int
     other: Optional["Context"]
+    backends: List[str]
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_ubatch: Optional[int] = None, n_threads: Optional[int] = None,
                  n_threads_batch: Optional[int] = None, n_seq_max: int = 1,

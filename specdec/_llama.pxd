@@ -293,8 +293,7 @@ cdef extern from "_rs_graph.h" nogil:
 cdef extern from "_batch_invariant.h" nogil:
     # batch-invariant CPU kernels for exact mode (see _batch_invariant.h)
     int sd_set_batch_invariant(llama_context * ctx, cbool on)
-    const char * sd_first_non_cpu_backend(llama_context * ctx)
-    int sd_count_local_accelerators(llama_context * ctx)
+    vector[string] sd_backend_names(llama_context * ctx)
     ggml_backend_dev_t sd_ref_cpu_device_of(ggml_backend_dev_t base)
 
 

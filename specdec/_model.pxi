@@ -179,13 +179,15 @@ cdef class Model:
         if plc.n_gpu_layers != 0 and devs.size() == 0:
             raise ValueError(f"n_gpu_layers={plc.n_gpu_layers} asks for layers on a device, but "
                              f"{_no_device_reason()}; use n_gpu_layers=0 for the CPU")
-        if plc.tensor_split and len(plc.tensor_split) > max(<size_t>devs.size(), 1):
+        if plc.tensor_split and len(plc.tensor_split) > devs.size():
             raise ValueError(f"tensor_split has {len(plc.tensor_split)} entries for "
-                             f"{devs.size()} device(s)")
+                             f"{devs.size()} device(s)"
+                             + ("" if devs.size() else f" ({_no_device_reason()})"))
         if len(plc.tensor_split) > llama_max_devices():
             raise ValueError(f"tensor_split: at most {llama_max_devices()} devices")
-        if plc.split_mode == "none" and devs.size() and plc.main_gpu >= <int>devs.size():
-            raise ValueError(f"main_gpu={plc.main_gpu} but there are {devs.size()} device(s)")
+        if plc.main_gpu and plc.main_gpu >= <int>devs.size():
+            raise ValueError(f"main_gpu={plc.main_gpu} but there are {devs.size()} device(s)"
+                             + ("" if devs.size() else f" ({_no_device_reason()})"))
         if plc.split_mode == "row":
             for i in range(devs.size()):
                 if ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(devs[i]),

@@ -70,16 +70,33 @@ def needs_hidden_rows(drafters: Sequence[Drafter]) -> Optional[str]:
     return "dense" if any(d.needs_mtp_hidden for d in drafters) else None
 
 
-def _check_remote_invariance(ctx: Context, rows: int) -> None:
-    """Exact mode with layers on RPC servers: their kernels must be shown batch-invariant for
-    every verify batch this context will decode, or exact mode is refused."""
+def _check_invariance(ctx: Context, rows: int) -> None:
+    """Exact mode with layers on a GPU or RPC servers: their kernels must be shown
+    batch-invariant for every verify batch this context will decode, or exact mode is refused,
+    saying how long a draft the device does hold for."""
     bad = ctx.check_batch_invariance(rows)
-    if bad:
-        ctx.close()
-        raise ValueError(f"exact=True: the RPC servers' kernels are not batch-invariant (a row's "
-                         f"logits differ between verify batches of {bad} and {rows} rows), so "
-                         f"exact output cannot be promised; start every server with "
-                         f"`specdec rpc-server --batch-invariant`")
+    if not bad:
+        return
+    # the longest verify batch that does hold: each failed check names a smaller row count
+    holds = bad
+    while holds > 2:
+        worse = ctx.check_batch_invariance(holds)
+        if not worse:
+            break
+        holds = worse
+    ctx.close()
+    others = [b for b in ctx.backends if b != "CPU"]
+    n_max_ok = holds // ctx.n_seq_max - 1
+    where = (f"up to n_max={n_max_ok} (verify batches of up to {holds} rows) on this device"
+             if n_max_ok >= 1 else "for no draft length on this device")
+    fix = ("start every server with `specdec rpc-server --batch-invariant`"
+           if all(b.startswith("RPC") for b in others)
+           else "keep the target on the CPU (n_gpu_layers=0), whose kernels specdec makes "
+                "batch-invariant, or use exact=False")
+    raise ValueError(f"exact=True: the kernels of {', '.join(others)} are not batch-invariant "
+                     f"(a row's logits differ between verify batches of {bad} and {rows} rows), "
+                     f"so exact output cannot be promised for these drafts; it holds "
+                     f"{where}; or {fix}")
 
 
 def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
@@ -111,7 +128,7 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
         n_rollback=max(rollback, int(exact)) if recurrent and (rollback or exact) else 0,
         mtp_hidden=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
     if exact and ctx.invariant_rows == 0:
-        _check_remote_invariance(ctx, max(verify_rows, 2))
+        _check_invariance(ctx, max(verify_rows, 2))
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)

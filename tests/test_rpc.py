@@ -15,9 +15,11 @@ import time
 import pytest
 
 import specdec
-from specdec import Batch, Context, Decoder, Model, RPCError
+from specdec import Context, Decoder, Model, RPCError
 from specdec.placement import Placement, parse_rpc_servers
 from specdec.testing.local_rpc import LocalRpcServers, free_port, start_rpc_server
+
+from offhost import recurrent_rollback, rollback_and_checkpoint
 
 TEXT = ("def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + "
         "fibonacci(n - 2)\n\n\ndef fibonacci(n):\n")
@@ -237,45 +239,12 @@ def test_lazy_head_steps_aside_under_offload(gemma_split):
     assert ref.generate(TEXT, max_tokens=24).tokens == out
 
 
-def _steps(ctx, b, toks, pos0):
-    """One-token decodes; their logits."""
-    out = []
-    for i, t in enumerate(toks):
-        b.clear()
-        b.add(t, pos0 + i, 0, True)
-        ctx.decode(b)
-        out.append(ctx.logits(0).copy())
-    return out
-
-
-def _rollback_and_checkpoint(m, toks):
-    """Prompt, steps, a KV rollback and a checkpoint round trip: every logits row seen."""
-    ctx = Context(m, n_ctx=256, n_batch=32)
-    b = Batch(64)
-    for i, t in enumerate(toks[:20]):
-        b.add(t, i, 0, i == 19)
-    ctx.decode(b)
-    seen = [ctx.logits(19).copy()]
-    state = ctx.save_state(0)
-    seen += _steps(ctx, b, toks[20:23], 20)
-    assert ctx.seq_rm(0, 21)                     # roll back two tokens
-    assert ctx.seq_pos_max(0) == 20
-    again = _steps(ctx, b, toks[21:23], 21)
-    assert all((x == y).all() for x, y in zip(again, seen[2:]))
-    ctx.clear()
-    ctx.load_state(state, 0)                     # the checkpoint, restored
-    assert ctx.seq_pos_max(0) == 19
-    restored = _steps(ctx, b, toks[20:21], 20)
-    assert (restored[0] == seen[1]).all()
-    return seen
-
-
 def test_checkpoints_and_rollback_on_remote_memory(servers, gemma_path, gemma):
     toks = gemma.tokenize(TEXT)
     remote = Model(gemma_path, n_gpu_layers=-1, rpc_servers=servers, use_extra_bufts=False)
     local = Model(gemma_path, use_extra_bufts=False)
-    a = _rollback_and_checkpoint(remote, toks)
-    b = _rollback_and_checkpoint(local, toks)
+    a = rollback_and_checkpoint(remote, toks)
+    b = rollback_and_checkpoint(local, toks)
     assert all((x == y).all() for x, y in zip(a, b))
 
 
@@ -316,34 +285,9 @@ def test_mtp_random_qwen35_remote_equals_local(servers, tiny_qwen35_path):
     assert a.tokens == b.tokens and a.stats.drafted == b.stats.drafted
 
 
-def _recurrent_rollback(m):
-    ctx = Context(m, n_ctx=128, n_batch=16, n_rollback=3)
-    b = Batch(16)
-    seen = []
-    for pos0, toks in ((0, [5, 6, 7, 8]), (4, [9, 10, 11])):
-        b.clear()
-        for i, t in enumerate(toks):
-            b.add(t, pos0 + i, 0, True)
-        ctx.decode(b)
-        seen += [ctx.logits(i).copy() for i in range(len(toks))]
-    assert ctx.seq_rm(0, 5)      # keep one of the three: the recurrent state goes back by 2
-    b.clear()
-    b.add(12, 5, 0, True)
-    ctx.decode(b)
-    seen.append(ctx.logits(0).copy())
-    state = ctx.save_state(0)
-    ctx.clear()
-    ctx.load_state(state, 0)
-    b.clear()
-    b.add(13, 6, 0, True)
-    ctx.decode(b)
-    seen.append(ctx.logits(0).copy())
-    return seen
-
-
 def test_recurrent_rollback_remote(servers, tiny_qwen35_path):
-    remote = _recurrent_rollback(Model(tiny_qwen35_path, n_gpu_layers=-1, rpc_servers=servers))
-    local = _recurrent_rollback(Model(tiny_qwen35_path))
+    remote = recurrent_rollback(Model(tiny_qwen35_path, n_gpu_layers=-1, rpc_servers=servers))
+    local = recurrent_rollback(Model(tiny_qwen35_path))
     assert all((x == y).all() for x, y in zip(remote, local))
 
 

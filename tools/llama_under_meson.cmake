@@ -15,3 +15,18 @@ function(ExternalProject_Add name)
   string(REPLACE "--config;$<CONFIG>" "" args "${ARGN}")
   _ExternalProject_Add(${name} ${args})
 endfunction()
+
+# Vulkan headers older than VK_EXT_layer_settings (Debian 12: 1.3.239) cannot compile
+# ggml-vulkan's instance creation: tools/vulkan_compat/vulkan/vulkan.hpp adds the extension's
+# types in front of the system's vulkan.hpp (and nothing with newer headers). meson drops
+# include folders outside the subproject and its build folder, so it is copied into the latter.
+function(_specdec_vulkan_compat)
+  if (TARGET ggml-vulkan)
+    set(dir ${CMAKE_BINARY_DIR}/specdec_vulkan_compat)
+    configure_file(${_specdec_tools_dir}/vulkan_compat/vulkan/vulkan.hpp
+                   ${dir}/vulkan/vulkan.hpp COPYONLY)
+    target_include_directories(ggml-vulkan BEFORE PRIVATE ${dir})
+  endif()
+endfunction()
+set(_specdec_tools_dir ${CMAKE_CURRENT_LIST_DIR})
+cmake_language(DEFER CALL _specdec_vulkan_compat)
