@@ -125,6 +125,9 @@ cdef class Context:
         self.n_vocab = model.n_vocab
         self._n_embd_in = model.n_embd_out if is_mtp else llama_model_n_embd_inp(model.model)
         self._needs_rollback_guard = (model.is_recurrent or model.is_hybrid) and not is_mtp
+        # one KV stream of an attention-only target: llama.cpp's split_simple, batch order
+        self._lazy_multi = ((p.kv_unified or self.n_seq_max == 1) and mtp_hidden is None
+                            and not (model.is_recurrent or model.is_hybrid))
         self._rollback_trim = self._rollback_trim_possible()
         self._rollback_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
@@ -371,7 +374,7 @@ cdef class Context:
         for s in range(self.n_seq_max):
             n_seqs_in += self._seq_ntok[s] > 0
             most = max(most, self._seq_ntok[s])
-        _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in)
+        _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in, self._lazy_multi)
         self._lazy = False
         # the snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
         cdef bint trim = self._rollback_trim
@@ -456,6 +459,18 @@ cdef class Context:
                 r1 = self._out_row[i] + 1
         if r0 >= 0:
             sd_lm_head_compute(self._head, r0, r1)
+
+    cdef void prepare_logits_rows_c(self, const vector[int] & rows) noexcept nogil:
+        """Compute the logits of the given batch rows in one pass (lazy head only)."""
+        if not self._lazy:
+            return
+        cdef vector[int] out
+        cdef size_t j
+        for j in range(rows.size()):
+            if 0 <= rows[j] < self._last_n_tokens and self._out_row[rows[j]] >= 0:
+                out.push_back(self._out_row[rows[j]])
+        if out.size():
+            sd_lm_head_compute_rows(self._head, out.data(), <int>out.size())
 
     def prepare_logits(self, i0, n):
         """Compute the logits of ``n`` rows from batch index ``i0`` at once: with

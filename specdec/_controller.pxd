@@ -83,6 +83,7 @@ cdef class Controller:
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _propose(self, _Seq s, int k_cap) except -1
     cdef int _pad(self, list batch_seqs) except -1
+    cdef int _shared_head(self, list in_batch) except -1
     cdef int _save_checkpoints(self) except -1
     cdef int _redecode(self) except -1
     cdef int _verify(self, _Seq s, double t_dec) except -1

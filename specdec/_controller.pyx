@@ -33,7 +33,7 @@ from libcpp.vector cimport vector
 
 from ._core cimport Model, Context, Batch
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-from ._sampling cimport SamplingParams, Rng
+from ._sampling cimport SamplingParams, Rng, argmax
 from ._policy cimport DraftPolicy
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
@@ -419,6 +419,9 @@ cdef class Controller:
             self._save_checkpoints()
         self.ctx.decode_c(self.batch)
         cdef double t_dec = lap(&self.clock, T_TARGET)
+        if len(in_batch) > 1:
+            self._shared_head(in_batch)
+            t_dec += lap(&self.clock, T_HEAD)
         self.n_rounds += 1
         for s in in_batch:
             s.rounds += 1
@@ -437,6 +440,30 @@ cdef class Controller:
             if s.active and s.out.finish == RUNNING:
                 alive += 1
         return alive
+
+    cdef int _shared_head(self, list in_batch) except -1:
+        """With the lazy LM head, the rows every sequence's verification will read, in two
+        passes over the head for the whole batch instead of one or two per sequence: the
+        first two rows of each, then the rest of the greedy ones whose first two drafts
+        the target agrees with (``Verifier.ready`` would ask for them next)."""
+        cdef _Seq s
+        cdef int i, n_vocab = self.model.n_vocab
+        cdef vector[int] rows
+        if not self.ctx._lazy:
+            return 0
+        for s in in_batch:
+            for i in range(min(2, s.k + 1)):
+                rows.push_back(s.row0 + i)
+        self.ctx.prepare_logits_rows_c(rows)
+        rows.clear()
+        for s in in_batch:
+            if (s.greedy and s.k >= 2
+                    and argmax(self.ctx.logits_c(s.row0), n_vocab) == s.draft.tokens[0]
+                    and argmax(self.ctx.logits_c(s.row0 + 1), n_vocab) == s.draft.tokens[1]):
+                for i in range(2, s.k + 1):
+                    rows.push_back(s.row0 + i)
+        self.ctx.prepare_logits_rows_c(rows)
+        return 0
 
     cdef int _pad(self, list in_batch) except -1:
         """Exact mode: give every row of the verify batch logits that do not depend on the batch.

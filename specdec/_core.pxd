@@ -91,6 +91,7 @@ cdef class Context:
     cdef llama_context * _closed_ctx   # closed while views were alive: freed with the last one
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
+    cdef bint _lazy_multi       # the lazy head may serve batches of several sequences
     cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
     cdef object _aborted        # (call, llama.cpp's message) once an abort has freed it
     cdef readonly Context other # the target whose weights an EAGLE-3 draft borrows (ctx_other)
@@ -110,6 +111,7 @@ cdef class Context:
     cdef int decode_c(self, Batch batch) except -1
     cdef float * logits_c(self, int i) noexcept nogil
     cdef void prepare_logits_c(self, int i0, int n) noexcept nogil
+    cdef void prepare_logits_rows_c(self, const vector[int] & rows) noexcept nogil
     cdef float * mtp_hidden_c(self, int i) noexcept nogil
     cdef float * layer_inp_c(self, int lid, int i) noexcept nogil
     cdef int encode_c(self, Batch batch) except -1

@@ -2,14 +2,17 @@
 #
 # With ``lazy_logits`` the decode graph stops at the final norm (``sd_lm_head_cb``) and the
 # logits of an output row are computed when first read (_lm_head.h). That needs the outputs in
-# batch order: one ubatch (llama.cpp's split_simple keeps the order within it) of a single
-# sequence. Other decodes run the whole graph and llama.cpp's logits stand.
+# batch order: one ubatch that llama.cpp's split_simple made (it keeps the order), which a
+# single sequence always gets, and several get in one KV stream of an attention-only target
+# (recurrent memory and KV streams per sequence split by sequence). Other decodes run the
+# whole graph and llama.cpp's logits stand.
 
 
 cdef inline void _lazy_head_begin(sd_lm_head * h, int n_tokens, int n_ubatch,
-                                  int n_seqs) noexcept:
-    """Before a decode: let it stop at the norm when the head runs and the batch allows."""
-    h.active = h.enabled and h.state == 1 and n_tokens <= n_ubatch and n_seqs == 1
+                                  int n_seqs, bint multi) noexcept:
+    """Before a decode: let it stop at the norm when the head runs and the batch allows
+    (``multi``: several sequences keep their batch order)."""
+    h.active = h.enabled and h.state == 1 and n_tokens <= n_ubatch and (n_seqs == 1 or multi)
     sd_lm_head_begin(h)
 
 

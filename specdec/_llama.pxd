@@ -315,6 +315,7 @@ cdef extern from "_lm_head.h" nogil:
         vector[uint8_t] done
     cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept
     void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
+    void sd_lm_head_compute_rows(sd_lm_head * h, const int * rows, int n)
     void sd_lm_head_begin(sd_lm_head * h)
     void sd_lm_head_end(sd_lm_head * h)
 

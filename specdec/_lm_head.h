@@ -195,11 +195,15 @@ static bool sd_lm_head_cb(ggml_tensor * t, bool ask, void * user_data) {
     return false;
 }
 
-// logits of rows [r0, r1) that are not done yet, in one pass over the weights
-static void sd_lm_head_compute(sd_lm_head * h, int r0, int r1) {
+// logits of the given rows that are not done yet, in one pass over the weights
+static void sd_lm_head_compute_rows(sd_lm_head * h, const int * want, int n_want) {
     std::vector<int> rows;
-    for (int r = r0; r < r1; ++r) {
-        if (!h->done[r]) rows.push_back(r);
+    for (int i = 0; i < n_want; ++i) {
+        const int r = want[i];
+        if (r >= 0 && r < h->n_rows && !h->done[r]) {
+            h->done[r] = 2;     // listed (a row asked twice is computed once)
+            rows.push_back(r);
+        }
     }
     if (rows.empty()) return;
     const int64_t n_embd = h->n_embd, n_vocab = h->n_vocab;
@@ -275,6 +279,13 @@ static void sd_lm_head_compute(sd_lm_head * h, int r0, int r1) {
     for (auto & th : pool) th.join();
 #endif
     for (int r : rows) h->done[r] = 1;
+}
+
+// logits of rows [r0, r1) that are not done yet, in one pass over the weights
+static void sd_lm_head_compute(sd_lm_head * h, int r0, int r1) {
+    std::vector<int> rows;
+    for (int r = r0; r < r1; ++r) rows.push_back(r);
+    sd_lm_head_compute_rows(h, rows.data(), (int) rows.size());
 }
 
 // size the outputs for an active decode of n_rows rows

@@ -70,6 +70,50 @@ def test_several_sequences_fall_back(tiny_dense):
         np.testing.assert_array_equal(plain.logits(i), lazy.logits(i))
 
 
+@pytest.mark.parametrize("which", ["tiny_dense", "gemma"])
+def test_several_sequences_in_one_kv_stream(request, which):
+    """One KV stream keeps the batch order (split_simple): the head stays lazy for several
+    sequences, rows interleaved, one pass for rows of different sequences."""
+    model = request.getfixturevalue(which)
+    kw = dict(n_ctx=512, n_batch=64, n_threads=2, n_seq_max=3, kv_unified=True)
+    plain, lazy = Context(model, **kw), Context(model, lazy_logits=True, **kw)
+    toks = model.tokenize(PROMPT)[:12]
+    for c in (plain, lazy):
+        b = Batch(64, n_seq_max=3)
+        for i in range(len(toks)):          # seq 0, 1, 2, 0, 1, 2, ...
+            for s in range(3):
+                b.add(toks[(i + s) % len(toks)], i, s, i % 3 != 1)
+        c.decode(b)
+    assert lazy.lazy_logits == "on"
+    lazy.prepare_logits(3, 2)
+    for i in range(3 * len(toks)):
+        if (i // 3) % 3 == 1:
+            with pytest.raises(IndexError):
+                lazy.logits(i)
+            continue
+        a, b = plain.logits(i), lazy.logits(i)
+        assert int(a.argmax()) == int(b.argmax())
+        np.testing.assert_allclose(a, b, atol=1e-3 * float(a.std()) + 1e-5)
+
+
+def test_engine_greedy_output_with_a_shared_head(gemma_path):
+    """Several requests verified together through the lazy head (its passes shared by the
+    batch) give the output they give with llama.cpp's head."""
+    from specdec import Engine
+    prompts = ["def fibonacci(n):\n    if n < 2:\n        return n\n    return",
+               "one two three four five six seven eight nine ten eleven twelve",
+               "The capital of France is Paris. The capital of Italy is Rome. The capital of"]
+    outs = {}
+    for lazy in (True, False):
+        with Engine(gemma_path, drafters=["ngram"], n_slots=3, n_ctx=256, n_max=4,
+                    lazy_logits=lazy) as eng:
+            hs = [eng.submit(p, max_tokens=24) for p in prompts]
+            outs[lazy] = [h.result(120).tokens for h in hs]
+            if lazy:
+                assert eng.ctx.lazy_logits == "on"
+    assert outs[True] == outs[False]
+
+
 def test_refused_where_it_cannot_run(tiny_qwen35):
     with pytest.raises(ValueError, match="lazy_logits"):
         Context(tiny_qwen35, n_ctx=256, kind="mtp", lazy_logits=True)
