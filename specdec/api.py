@@ -81,7 +81,8 @@ class Decoder:
         ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
     lazy_logits
         Default: on wherever it can run (every target, except one that feeds MTP hidden
-        states on an arch outside ``LAZY_MTP_ARCHS``; batches of one sequence, or of several in one KV stream of an attention-only target, as the Engine's). Each
+        states on an arch outside ``LAZY_MTP_ARCHS``; batches of one sequence, or of
+        several in one KV stream of an attention-only target, as the Engine's). Each
         decode stops at the final norm and a row's logits are computed only when
         verification reaches it, all rows of a pass sharing one read of the LM head: a
         rejected draft no longer pays for the vocabulary projection of the rows after
