@@ -94,3 +94,42 @@ def test_rpc_case_runs_over_remote_layers(tmp_path, monkeypatch):
     assert res["settings"]["cases"]["rpc-1ms"]["rpc_delay_ms"] == 1.0
     paths = plots.write_all(res, tmp_path / "plots")
     assert (tmp_path / "plots" / "rpc_latency.png") in paths
+
+
+@pytest.mark.slow
+def test_llama_cpp_tools_reach_servers_while_specdec_holds_its_own(monkeypatch, tiny_dense_path):
+    """A llama.cpp RPC server serves one client at a time and a client keeps its connection
+    until it exits: while this process holds a model on the case's servers, a separate
+    process (as each llama.cpp tool is) must still load over the tools' endpoints."""
+    import gc
+    import subprocess
+    import sys
+    import tempfile
+
+    import specdec
+
+    seen: dict = {}
+
+    def run_case_here(self, case):
+        model = specdec.Model(tiny_dense_path, **self._placement)
+        specdec.Decoder(model, n_ctx=64).generate([1, 2, 3], max_tokens=2)
+        flags = dict(zip(self._peer_flags[::2], self._peer_flags[1::2]))
+        code = ("import sys, specdec; m = specdec.Model(sys.argv[1], n_gpu_layers=-1, "
+                "rpc_servers=sys.argv[2]); print(m.n_vocab)")
+        try:
+            p = subprocess.run([sys.executable, "-c", code, tiny_dense_path, flags["--rpc"]],
+                               capture_output=True, text=True, timeout=90,
+                               cwd=tempfile.gettempdir())
+            seen["child"] = (p.returncode, p.stdout.strip(), model.n_vocab)
+        except subprocess.TimeoutExpired:
+            seen["child"] = "timed out behind this process's connection"
+        del model
+        gc.collect()
+        return []
+
+    monkeypatch.setattr(Runner, "_run_case_here", run_case_here)
+    case = matrix.Case("rpc-0ms", "bigram", (), (matrix.PLAIN,), 8, "tiny", 0.9, rpc_delay_ms=0.0)
+    Runner(matrix.Matrix("rpc-test", (case,), reps=1, check_tokens=8, bench_reps=1),
+           peers_enabled=False, log=lambda _: None)._run_case(case)
+    rc, out, n_vocab = seen["child"]
+    assert rc == 0 and int(out) == n_vocab

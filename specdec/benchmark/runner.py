@@ -242,12 +242,16 @@ class Runner:
         if case.rpc_delay_ms is None:
             return self._run_case_here(case)
         from ..testing.local_rpc import LocalRpcServers
-        with LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as cluster:
+        # a llama.cpp RPC server serves one client at a time, and a client process keeps its
+        # connection until it exits: the llama.cpp tools get servers of their own, or they
+        # would wait forever behind this process's connection
+        with LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as ours, \
+                LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as peers:
             # every layer remote on both sides (llama.cpp splits them by the devices' memory)
-            self._placement = {"n_gpu_layers": -1, "rpc_servers": cluster.endpoints}
-            self._peer_flags = ("--rpc", cluster.endpoints, "-ngl", "99")
+            self._placement = {"n_gpu_layers": -1, "rpc_servers": ours.endpoints}
+            self._peer_flags = ("--rpc", peers.endpoints, "-ngl", "99")
             self.log(f"{case.name}: 2 local RPC servers, {case.rpc_delay_ms:g} ms one-way delay "
-                     f"({cluster.endpoints})")
+                     f"({ours.endpoints}; llama.cpp's tools: {peers.endpoints})")
             try:
                 return self._run_case_here(case)
             finally:
