@@ -84,6 +84,10 @@ cdef llama_context_params _context_params(
         p.kv_unified = kv_unified
     if offload_kqv is not None:
         p.offload_kqv = bool(offload_kqv)
+    if batch_invariant:
+        # llama.cpp hands an op on host weights to a GPU for batches of 32 rows or more (op
+        # offload): a verify batch of a CPU layer would then change kernels at 32 rows
+        p.op_offload = False
     if flash_attn is not None:
         p.flash_attn_type = (LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
                              else LLAMA_FLASH_ATTN_TYPE_DISABLED)

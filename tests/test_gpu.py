@@ -159,6 +159,18 @@ def _close(dev: list, cpu: list) -> None:
         np.testing.assert_allclose(x, y, rtol=1e-2, atol=1e-2)
 
 
+def test_exact_mode_with_the_layers_on_the_cpu_of_a_gpu_build(backend, bigram):
+    """A model with no layers on the device still has its backend (llama.cpp offloads ops of
+    32 rows or more to it), except in exact mode: long drafts stay exact there."""
+    prompt, want = chain_prompt(bigram)
+    m = Model(bigram, use_extra_bufts=False)
+    assert any(b.startswith(backend) for b in Decoder(m).ctx.backends)
+    dec = Decoder(m, drafter="ngram", n_max=40, exact=True)
+    assert dec.ctx.invariant_rows == 41
+    res = dec.generate(prompt, max_tokens=32)
+    assert res.tokens == want and res.stats.accepted > 0
+
+
 def test_rollback_and_checkpoints_in_device_memory(backend, tiny_dense_path):
     toks = DENSE_PROMPT + DENSE_PROMPT[:4]
     _close(rollback_and_checkpoint(Model(tiny_dense_path, n_gpu_layers=-1), toks),
