@@ -78,6 +78,27 @@ cdef class Batch:
         memcpy(self.b.embd + <size_t>i * self.n_embd, row, self.n_embd * sizeof(float))
         return 0
 
+    cdef int drop_seq_c(self, llama_seq_id seq, int n_drop) noexcept nogil:
+        """Remove the oldest ``n_drop`` entries whose first sequence is ``seq`` (-1: all),
+        keeping the others in order (a drafter's queue of catch-up rows)."""
+        cdef int i, j = 0, n = self.b.n_tokens, E = self.n_embd
+        for i in range(n):
+            if self.b.seq_id[i][0] == seq and n_drop != 0:
+                n_drop -= 1
+                continue
+            if j != i:
+                self.b.token[j] = self.b.token[i]
+                self.b.pos[j] = self.b.pos[i]
+                self.b.n_seq_id[j] = self.b.n_seq_id[i]
+                self.b.seq_id[j][0] = self.b.seq_id[i][0]
+                self.b.logits[j] = self.b.logits[i]
+                if E:
+                    memcpy(self.b.embd + <size_t>j * E, self.b.embd + <size_t>i * E,
+                           E * sizeof(float))
+            j += 1
+        self.b.n_tokens = j
+        return 0
+
     def add(self, token, pos, seq_ids=0, output=False, embd=None):
         """Append one entry. ``seq_ids`` is an id or a list of ids; ``embd`` a row of ``n_embd`` floats."""
         if not isinstance(token, (int, np.integer)) or isinstance(token, bool):

@@ -215,6 +215,9 @@ cdef class Context:
                 raise LlamaAbortError("this Context is unusable after llama.cpp aborted in "
                                       f"{self._aborted[0]}", self._aborted[1])
             raise RuntimeError("Context is closed")
+        if self.other is not None and self.other.ctx == NULL:
+            # llama.cpp's draft graph reads the target's weights through it
+            raise RuntimeError("the target context this draft context borrows from is closed")
         if self.model.is_remote:
             self.model._alive()
         return 0

@@ -58,6 +58,7 @@ cdef class Batch:
                         const float * row) except -1 nogil
     cdef inline void clear_c(self) noexcept nogil:
         self.b.n_tokens = 0
+    cdef int drop_seq_c(self, llama_seq_id seq, int n_drop) noexcept nogil
 
 
 cdef class Context:

@@ -12,6 +12,7 @@ cdef struct SamplingParams:
 
 
 cdef int argmax(const float * x, int n) noexcept nogil
+cdef bint prob_at_least(const float * logits, int n, int32_t y, double p) noexcept nogil
 
 
 cdef class Rng:

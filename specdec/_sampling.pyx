@@ -61,6 +61,17 @@ cdef int argmax(const float * x, int n) noexcept nogil:
     return specdec_argmax(x, n)
 
 
+cdef bint prob_at_least(const float * logits, int n, int32_t y, double p) noexcept nogil:
+    """Whether softmax(logits[:n])[y] >= p (y the argmax): a drafter's p_min test."""
+    if p <= 0.0:
+        return True
+    cdef double mx = logits[y], z = 0.0
+    cdef int j
+    for j in range(n):
+        z += exp(logits[j] - mx)
+    return 1.0 / z >= p
+
+
 def argmax_py(x) -> int:
     """``argmax`` on a float32 array (for tests)."""
     cdef const float[::1] v = np.ascontiguousarray(x, dtype=np.float32)

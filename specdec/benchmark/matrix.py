@@ -23,7 +23,8 @@ MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only need
 @dataclass(frozen=True)
 class Method:
     side: str                        # SPECDEC, LLAMA_CPP or LCP
-    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp, oracle
+    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp,
+                                     # eagle3, oracle
     drafter: str = ""                # specdec drafter spec, llama.cpp --spec-type, or LCP kind
     n_max: int = 0
     adaptive: bool = False
@@ -42,12 +43,13 @@ class Method:
 @dataclass(frozen=True)
 class Case:
     name: str                        # e.g. "gemma3-270m", "mtp-mid-90"
-    model: str                       # "gemma", "layerskip:N" (gemma + its first N layers), "bigram"
+    model: str                       # "gemma", "layerskip:N" (gemma + its first N layers), "bigram",
+                                     # "bigram+eagle3" (bigram + an EAGLE-3 draft)
     prompts: Tuple[Prompt, ...]
     methods: Tuple[Method, ...]
     n_gen: int
     size: str = ""                   # bigram: "tiny" / "mid"
-    accuracy: float = 0.0            # bigram: first-draft accuracy of the MTP head
+    accuracy: float = 0.0            # bigram: first-draft accuracy of the MTP head (or EAGLE-3 draft)
     arch: str = "qwen35"             # bigram: qwen35 or qwen35moe
     dtype: str = ""                  # bigram: weight type ("" = the size's default, F16 for mid)
     interleave: int = 0              # requests per adaptive method timed round by round with plain
@@ -124,6 +126,26 @@ def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
                 size, acc, arch, dtype, interleave)
 
 
+# llama.cpp's draft-eagle3 stops a draft below its p_min (0.75 by default); specdec's p_min is
+# 0 unless set: both sides draft to n_max
+EAGLE3_LLAMA_EXTRA = ("--spec-draft-p-min", "0")
+
+
+def _eagle3_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
+                 interleave: int = 0) -> Case:
+    """An EAGLE-3 draft (``specdec.testing.eagle3``) of the bigram target whose first draft is
+    right ``acc`` of the time: specdec and llama.cpp's draft-eagle3 at each fixed ``n_max``,
+    plus specdec's adaptive policy."""
+    methods = [PLAIN, LLAMA_PLAIN]
+    methods += [_s("eagle3", "eagle3", n) for n in n_max_list]
+    methods += [Method(LLAMA_CPP, "eagle3", "draft-eagle3", n, extra=EAGLE3_LLAMA_EXTRA)
+                for n in n_max_list]
+    methods.append(_s("eagle3", "eagle3", 4, adaptive=True))
+    return Case(f"eagle3-{size}-{round(acc * 100)}", "bigram+eagle3",
+                (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen, size, acc,
+                interleave=interleave)
+
+
 # llama.cpp's RPC engine: every layer of the target on two local ``specdec rpc-server``s (a
 # layer split, as over two machines), each message delayed by a user-space proxy (no tc netem
 # here). A decode pays network round trips whatever its row count, so a verify of k+1 rows
@@ -187,9 +209,11 @@ def full() -> Matrix:
     mtp = tuple(_mtp_case(a, (1, 2, 3, 4), "mid", 256, dtype=dt, interleave=6)
                 for dt in ("", "q8_0") for a in (0.9, 0.7, 0.5))
     moe = _mtp_case(0.9, (1, 2, 3), "mid", 256, arch="qwen35moe", interleave=6)
+    eagle3 = tuple(_eagle3_case(a, (1, 2, 3, 4), "mid", 256, interleave=6) for a in (0.9, 0.7, 0.5))
     rpc = tuple(_rpc_case(d, _pick(["code-api", "repeat-passage", "records-csv", "records-jsonl"]),
                           256) for d in RPC_DELAYS_MS)
-    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + rpc, reps=3, check_tokens=128)
+    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + eagle3 + rpc, reps=3,
+                  check_tokens=128)
 
 
 def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True, interleave: int = 0,

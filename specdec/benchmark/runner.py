@@ -153,9 +153,17 @@ class _Models:
         if case.model == "bigram":
             from .synthetic import model_for
             return str(model_for(case.size, case.accuracy, case.arch, case.dtype, log=self.log))
+        if case.model == "bigram+eagle3":   # the accuracy is the EAGLE-3 draft's
+            from .synthetic import EAGLE3_TARGET_ACCURACY, model_for
+            return str(model_for(case.size, EAGLE3_TARGET_ACCURACY, case.arch, case.dtype,
+                                 log=self.log))
         return str(default_model_path())
 
     def draft(self, case: Case) -> Optional[str]:
+        if case.model == "bigram+eagle3":
+            from .synthetic import eagle3_draft_for
+            return str(eagle3_draft_for(self.target(case), case.size, case.accuracy, case.dtype,
+                                        log=self.log))
         if case.model.startswith("layerskip:"):
             from ..drafters.layerskip import derive_layerskip_gguf
             return str(derive_layerskip_gguf(self.target(case), int(case.model.split(":")[1])))
@@ -182,6 +190,7 @@ class Runner:
         self._total = 0
         self._bar: Any = None     # a tqdm bar over the measurements, while run() runs
         self._case_n_ctx = 4096
+        self._case_draft: Optional[str] = None     # the running case's draft file, if any
         self._placement: Dict[str, Any] = {}    # Model placement of the running case (RPC)
         self._peer_flags: Tuple[str, ...] = ()  # the same placement in llama.cpp's flags
 
@@ -233,6 +242,8 @@ class Runner:
                  exact: bool = False, book: Optional[Dict[Any, List[int]]] = None) -> api.Decoder:
         n_ctx = self._n_ctx(model, n_gen, prompts)
         drafter: Any = None if method.family == "plain" else method.drafter
+        if method.family == "eagle3":
+            drafter = f"eagle3:{self._case_draft}"     # the case's draft file
         if method.family == "oracle":
             drafter = Oracle(book or {})
         return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
@@ -261,6 +272,7 @@ class Runner:
     def _run_case_here(self, case: Case) -> List[Row]:
         target = self.models.target(case)
         draft = self.models.draft(case)
+        self._case_draft = draft
         mtp = any(m.family == "mtp" for m in case.methods)
         model = Model(target, load_mtp=mtp, **self._placement)
         # exact mode runs on weights that are not repacked
@@ -436,7 +448,8 @@ class Runner:
         out = llama_tools.run_spec_simple(
             target, p.text, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
             extra=m.extra + self._peer_flags,
-            echo=echo, draft=draft if m.family == "draft" else None, n_ctx=self._case_n_ctx,
+            echo=echo, draft=draft if m.family in ("draft", "eagle3") else None,
+            n_ctx=self._case_n_ctx,
             threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])
 

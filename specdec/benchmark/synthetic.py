@@ -1,5 +1,6 @@
 """The synthetic benchmark models: bigram qwen35 (and its MoE variant) whose MTP head is
-right a chosen share of the time, and a random "mid" Mamba-2 (rollback by checkpoints).
+right a chosen share of the time, EAGLE-3 drafts of such a target (likewise dialled), and a
+random "mid" Mamba-2 (rollback by checkpoints).
 
 ``specdec.testing.write_bigram_mtp_model`` scales one fixed, seeded Gaussian draw on
 the head's ``eh_proj`` by ``noise``; ``calibrate`` finds, in numpy, the noise that
@@ -17,6 +18,7 @@ import numpy as np
 
 from ..cache import cache_dir
 from ..testing import write_bigram_mtp_model
+from ..testing.eagle3 import noise_for_acceptance, write_eagle3_draft
 from ..testing.tiny import Mamba2Dims, add_mamba2_kv, mamba2_layout, write_random
 
 #: vocab 8192, n_embd 512, 8 layers, Q8_0: big enough that a verify's checkpoint save and
@@ -113,6 +115,36 @@ def model_for(size: str, accuracy: float, arch: str = "qwen35", dtype: str = "",
               log: Callable[[str], None] = print) -> Path:
     return models(size, calibrate(size, (accuracy,), arch=arch, log=log), arch=arch,
                   dtype=dtype)[accuracy]
+
+
+#: the bigram target the EAGLE-3 cases draft for (its own MTP head is not used there)
+EAGLE3_TARGET_ACCURACY = 0.9
+
+
+def eagle3_draft_for(target: str | os.PathLike[str], size: str, accuracy: float,
+                     dtype: str = "", log: Callable[[str], None] = print) -> Path:
+    """An EAGLE-3 draft of ``target`` whose first draft is right ``accuracy`` of the time,
+    written once into the cache; the noise is calibrated in numpy and remembered."""
+    memo_path = bench_dir(size) / "eagle3-calibration.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    key = f"{Path(target).name}:{accuracy}"
+    if key not in memo:
+        memo[key] = 0.0 if accuracy >= 1.0 else round(noise_for_acceptance(target, accuracy), 5)
+        log(f"EAGLE-3 accuracy {accuracy:.0%}: noise {memo[key]}")
+        tmp = memo_path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(memo, indent=1))
+        os.replace(tmp, memo_path)
+    tag = f"-{dtype}" if dtype else ""
+    path = bench_dir(size) / f"eagle3-{Path(target).stem}-noise-{memo[key]}{tag}.gguf"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        write_eagle3_draft(tmp, target, noise=memo[key], dtype=dtype or ("f16" if size == "mid"
+                                                                         else "f32"))
+        os.replace(tmp, path)
+    return path
 
 
 def mid_mamba2() -> Path:

@@ -25,13 +25,12 @@ target's next sample gives (the "deferred boundary" of llama.cpp). Per round and
 Tokens that entered the target without rows to read (a reused prompt prefix) get zero
 features, as llama.cpp's draft-simple does for rows it cannot read.
 """
-from libc.math cimport exp
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memset
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
-from .._sampling cimport argmax
+from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
 from ..placement import draft_options
 
@@ -163,25 +162,8 @@ cdef class Eagle3Drafter(Drafter):
         self.n_catchup += 1
         return 0
 
-    cdef int _drop_queued(self, int seq) noexcept nogil:
-        cdef int i, j = 0, n = self.batch.b.n_tokens, E = self.n_embd
-        for i in range(n):
-            if self.batch.b.seq_id[i][0] == seq:
-                continue
-            if j != i:
-                self.batch.b.token[j] = self.batch.b.token[i]
-                self.batch.b.pos[j] = self.batch.b.pos[i]
-                self.batch.b.n_seq_id[j] = self.batch.b.n_seq_id[i]
-                self.batch.b.seq_id[j][0] = self.batch.b.seq_id[i][0]
-                self.batch.b.logits[j] = self.batch.b.logits[i]
-                memcpy(self.batch.b.embd + <size_t>j * E, self.batch.b.embd + <size_t>i * E,
-                       E * sizeof(float))
-            j += 1
-        self.batch.b.n_tokens = j
-        return 0
-
     cdef int _forget(self, int seq) except -1:
-        self._drop_queued(seq)
+        self.batch.drop_seq_c(seq, -1)
         self.draft_ctx.seq_rm_c(seq, -1, -1)
         memset(self.pend[seq].data(), 0, self.n_embd * sizeof(float))
         self.n_sync[seq] = 0
@@ -265,16 +247,6 @@ cdef class Eagle3Drafter(Drafter):
         self.kept_tok[seq] = -1
         return 0
 
-    cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil:
-        """Whether softmax(lg)[y] >= p_min (y is the argmax)."""
-        if self.p_min <= 0.0:
-            return True
-        cdef double mx = lg[y], z = 0.0
-        cdef int j
-        for j in range(self.n_vocab_draft):
-            z += exp(lg[j] - mx)
-        return 1.0 / z >= self.p_min
-
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)
         cdef int L = self.hist(seq).size()
@@ -308,7 +280,7 @@ cdef class Eagle3Drafter(Drafter):
             memcpy(self.h.data(), hh, self.n_embd * sizeof(float))
             g = self.h.data()
             y = argmax(lg, self.n_vocab_draft)
-            if not self._confident(lg, y):
+            if not prob_at_least(lg, self.n_vocab_draft, y, self.p_min):
                 break
             out.tokens.push_back(y)
             if tm.is_eog_c(y):

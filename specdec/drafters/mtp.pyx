@@ -37,14 +37,13 @@ draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 ``chain_heads``. Each head gets its own MTP context pinned to its layer with
 ``set_mtp_head``, so no head's KV is ever rewritten under another's.
 """
-from libc.math cimport exp
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
-from .._sampling cimport argmax
+from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
 from ..placement import draft_options
 
@@ -235,22 +234,7 @@ cdef class MtpDrafter(Drafter):
     cdef int _drop_queued(self, int seq, int n_drop=-1) noexcept nogil:
         """Remove the oldest ``n_drop`` queued rows of ``seq`` (all for -1: a new request or
         a reset makes them stale)."""
-        cdef int i, j = 0, n = self.batch.b.n_tokens, E = self.n_embd
-        for i in range(n):
-            if self.batch.b.seq_id[i][0] == seq and n_drop != 0:
-                n_drop -= 1
-                continue
-            if j != i:
-                self.batch.b.token[j] = self.batch.b.token[i]
-                self.batch.b.pos[j] = self.batch.b.pos[i]
-                self.batch.b.n_seq_id[j] = self.batch.b.n_seq_id[i]
-                self.batch.b.seq_id[j][0] = self.batch.b.seq_id[i][0]
-                self.batch.b.logits[j] = self.batch.b.logits[i]
-                memcpy(self.batch.b.embd + <size_t>j * E, self.batch.b.embd + <size_t>i * E,
-                       E * sizeof(float))
-            j += 1
-        self.batch.b.n_tokens = j
-        return 0
+        return self.batch.drop_seq_c(seq, n_drop)
 
     cdef int _skip_old(self, int seq) noexcept nogil:
         """While nobody asks for drafts, keep only the newest ``KEEP_ROWS`` queued rows of
@@ -348,13 +332,7 @@ cdef class MtpDrafter(Drafter):
 
     cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil:
         """Whether softmax(lg)[y] >= p_min (y is the argmax)."""
-        if self.p_min <= 0.0:
-            return True
-        cdef double mx = lg[y], z = 0.0
-        cdef int j
-        for j in range(self.n_vocab_draft):
-            z += exp(lg[j] - mx)
-        return 1.0 / z >= self.p_min
+        return prob_at_least(lg, self.n_vocab_draft, y, self.p_min)
 
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)

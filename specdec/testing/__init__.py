@@ -4,8 +4,9 @@ write_tiny_qwen35 / write_tiny_dense / write_tiny_mamba2 / write_tiny_qwen3next 
 write_tiny_rwkv7 give random-weight models (shape and API coverage); write_bigram_mtp_model
 gives qwen35(moe) and qwen3next models whose greedy output
 and MTP acceptance are known, with bigram_successor / mtp_draft_accuracy as
-numpy references. ``vocabs`` writes one letter language under several vocabularies (drafts
-across tokenizers); ``chat`` writes tiny models with chat templates, ``gguf_fuzz`` fuzzes
+numpy references; write_eagle3_draft gives EAGLE-3 drafts of those targets with a
+dialled acceptance, with eagle3_draft_accuracy as its numpy reference. ``vocabs`` writes
+one letter language under several vocabularies (drafts across tokenizers); ``chat`` writes tiny models with chat templates, ``gguf_fuzz`` fuzzes
 model loading (``python -m specdec.testing.gguf_fuzz``).
 
 Tooling, like ``numpy.testing``: for specdec's tests and a user's own; it imports the
@@ -13,6 +14,7 @@ runtime, and the runtime never imports it (``tests/test_layout.py``).
 """
 
 from specdec.testing.bigram import bigram_successor, mtp_draft_accuracy, write_bigram_mtp_model
+from specdec.testing.eagle3 import eagle3_draft_accuracy, write_eagle3_draft
 from specdec.testing.tiny import (
     write_tiny_dense,
     write_tiny_mamba2,
@@ -23,8 +25,10 @@ from specdec.testing.rwkv7 import write_tiny_rwkv7
 
 __all__ = [
     "bigram_successor",
+    "eagle3_draft_accuracy",
     "mtp_draft_accuracy",
     "write_bigram_mtp_model",
+    "write_eagle3_draft",
     "write_tiny_dense",
     "write_tiny_mamba2",
     "write_tiny_qwen3next",

@@ -174,14 +174,20 @@ def write_eagle3_draft(
                       name="bigram-eagle3")
 
 
-def _first_drafts(t: dict[str, np.ndarray], embd: np.ndarray, x0: np.ndarray,
-                  x1: np.ndarray) -> np.ndarray:
+def _pre_norm(t: dict[str, np.ndarray], embd: np.ndarray, x0: np.ndarray,
+              x1: np.ndarray) -> np.ndarray:
+    """The decoder's pre-norm state for the pair (x1, features of x0)."""
     feats = np.concatenate([embd[x0]] * 3, axis=1)
     g = feats @ t["fc.weight"].T
     e = _rmsnorm(t["token_embd.weight"][x1], t["blk.0.attn_norm.weight"])
     g_norm = _rmsnorm(g, t["blk.0.attn_norm_2.weight"])
     attn = (np.concatenate([e, g_norm], axis=1) @ t["blk.0.attn_v.weight"].T) @ t["blk.0.attn_output.weight"].T
-    logits = _rmsnorm(attn + g_norm, t["output_norm.weight"]) @ t["output.weight"].T
+    return attn + g_norm
+
+
+def _first_drafts(t: dict[str, np.ndarray], embd: np.ndarray, x0: np.ndarray,
+                  x1: np.ndarray) -> np.ndarray:
+    logits = _rmsnorm(_pre_norm(t, embd, x0, x1), t["output_norm.weight"]) @ t["output.weight"].T
     return np.argmax(logits, axis=-1)
 
 
@@ -225,10 +231,17 @@ def noise_for_acceptance(target: str | os.PathLike[str], acceptance: float, *, s
         raise ValueError(f"acceptance must be in (0, 1), got {acceptance!r}")
     embd, succ, _, n_vocab = _target_facts(target)
     x0 = np.random.default_rng(seed).integers(0, n_vocab, size=n_samples)
+    x1 = succ[x0]
+    # the noise scales one block of attn_v only, and the LM head reads dims ..E, where the
+    # output norm's weight is uniform: the head's argmax is that of out @ (pre0 + noise * d)
+    pre0 = _pre_norm(_draft_tensors(embd, succ, 0.0, seed), embd, x0, x1)
+    t1 = _draft_tensors(embd, succ, 1.0, seed)
+    head = t1["output.weight"]
+    base, slope = pre0 @ head.T, (_pre_norm(t1, embd, x0, x1) - pre0) @ head.T
     lo, hi = 0.0, 8.0
-    for _ in range(16):
+    for _ in range(20):
         mid = 0.5 * (lo + hi)
-        if np.mean(_first_draft_hits(_draft_tensors(embd, succ, mid, seed), embd, succ, x0)) > acceptance:
+        if np.mean(np.argmax(base + np.float32(mid) * slope, axis=-1) == succ[x1]) > acceptance:
             lo = mid
         else:
             hi = mid
