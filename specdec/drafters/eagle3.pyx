@@ -16,9 +16,10 @@ target's next sample gives (the "deferred boundary" of llama.cpp). Per round and
 
 * ``observe`` encodes the committed rows' features (one encoder call) and queues the pairs
   they complete; the last row's ``g`` is kept as the deferred one;
-* ``propose`` decodes the queue (no outputs: llama.cpp's eagle3 decoder does not prune rows,
-  so catch-up rows and draft rows never share a decode), then the seed pair (``last``,
-  deferred ``g``) and the draft steps, one row each, taking the argmax;
+* ``propose`` decodes the queue together with the seed pair (``last``, deferred ``g``),
+  every row marked an output (llama.cpp's eagle3 decoder computes all rows' logits and
+  hands out the first ``n_outputs``, so a batch mixing output and non-output rows would
+  misalign them), then the draft steps, one row each, taking the argmax;
 * afterwards only the seed pair stays in the draft KV: it was built from the target's own
   features; the draft steps' pairs used the draft's own state and are trimmed.
 
@@ -257,10 +258,14 @@ cdef class Eagle3Drafter(Drafter):
             if self.n_sync[seq] != L - 1:
                 raise RuntimeError(f"the EAGLE-3 context of sequence {seq} is behind the target "
                                    f"({self.n_sync[seq]} < {L - 1} positions)")
-        self._flush()
+        # the queued catch-up goes with the seed pair, every row an output: llama.cpp's eagle3
+        # decoder computes every row's logits anyway and hands out the first n_outputs rows,
+        # so only an all-output batch keeps rows and outputs aligned
+        if self.batch.b.n_tokens >= self.batch.capacity:
+            self._flush()
         cdef Context c = self.draft_ctx
         cdef Model tm = self._target.model
-        cdef int i, n_dec = 0, n_ctx_seq = c.n_ctx_seq
+        cdef int i, j, idx, n_dec = 0, n_ctx_seq = c.n_ctx_seq
         cdef int32_t tok = last, y
         cdef const float * g = self.pend[seq].data()
         cdef const float * lg
@@ -268,13 +273,16 @@ cdef class Eagle3Drafter(Drafter):
         for i in range(n_max):
             if L - 1 + i >= n_ctx_seq:
                 break
+            idx = self.batch.b.n_tokens
             self.batch.add_embd_c(tok, L - 1 + i, seq, True, g)
+            for j in range(idx):
+                self.batch.b.logits[j] = 1
             c.decode_c(self.batch)
             self.batch.clear_c()
             self.n_decodes += 1
             n_dec += 1
-            lg = c.logits_c(0)
-            hh = c.mtp_hidden_c(0)
+            lg = c.logits_c(idx)
+            hh = c.mtp_hidden_c(idx)
             if lg == NULL or hh == NULL:
                 raise RuntimeError("the EAGLE-3 context gave no output for a draft row")
             memcpy(self.h.data(), hh, self.n_embd * sizeof(float))
