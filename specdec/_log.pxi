@@ -48,16 +48,20 @@ _pending = []
 
 
 cdef void _log_callback(ggml_log_level level, const char * text, void * ud) noexcept nogil:
-    if _exiting:
-        return
-    with gil:
-        try:
-            _emit(<int>level, <bytes>text)
-        except Exception:
-            pass    # a broken log handler must not fail the llama.cpp call that logged
-        except BaseException as e:
-            _pending.append(e)
-            sd_sigint_note()
+    # no ``with gil`` in this function: Cython then takes the GIL on every return, the early
+    # one at exit included, and a helper thread asking for it at exit is ended (std::terminate)
+    if not _exiting:
+        _log_with_gil(level, text)
+
+
+cdef void _log_with_gil(ggml_log_level level, const char * text) noexcept with gil:
+    try:
+        _emit(<int>level, <bytes>text)
+    except Exception:
+        pass    # a broken log handler must not fail the llama.cpp call that logged
+    except BaseException as e:
+        _pending.append(e)
+        sd_sigint_note()
 
 
 cdef int _raise_pending() except -1:

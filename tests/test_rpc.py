@@ -340,3 +340,31 @@ def test_cli_rpc_flags(gemma_path):
                           "-ngl", "3"], capture_output=True, text=True, timeout=300,
                          cwd=tempfile.gettempdir())
     assert bad.returncode == 1 and "n_gpu_layers=3" in bad.stderr
+
+
+EXIT_SCRIPT = """
+import sys
+from specdec.testing.local_rpc import LocalRpcServers
+import specdec
+cluster = LocalRpcServers(1)
+print(*[p.pid for p in cluster.procs], flush=True)
+model = specdec.Model(sys.argv[1], n_gpu_layers=-1, rpc_servers=cluster.endpoints)
+decoder = specdec.Decoder(model, n_ctx=64)
+print(decoder.generate([1, 2, 3], max_tokens=3))
+if sys.argv[2] == "raise":
+    raise RuntimeError("the script fails with a remote model alive")
+"""
+
+
+@pytest.mark.parametrize("ending,rc", [("return", 0), ("raise", 1)])
+def test_process_exits_cleanly_with_remote_models_alive(tmp_path, tiny_dense_path, ending, rc):
+    """A script that ends (or fails) without freeing a remote model: the interpreter frees it
+    at exit on a helper thread, and llama.cpp logs from there while Python is finalizing."""
+    script = tmp_path / "exit.py"
+    script.write_text(EXIT_SCRIPT)
+    p = subprocess.run([sys.executable, str(script), tiny_dense_path, ending],
+                       capture_output=True, text=True, timeout=120, cwd=tempfile.gettempdir())
+    for pid in p.stdout.splitlines()[0].split() if p.stdout else []:
+        os.kill(int(pid), 9)        # the script's server outlives it
+    assert p.returncode == rc, p.stderr[-2000:]
+    assert "terminate called" not in p.stderr
