@@ -24,6 +24,7 @@ from specdec._controller import Controller
 from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
 from specdec.drafters._base import run_observe, run_propose
+from joint_law import chi_square_p, target_joint
 from specdec.drafters.mtp import MtpDrafter
 from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
 from specdec.testing import bigram_successor, write_bigram_mtp_model, write_tiny_qwen35
@@ -526,29 +527,11 @@ def test_sampled_distribution_matches_target(bigram, arch):
     checkpoints). The bigram's runner-up logits tie
     in steps of 0.3125 (dot products of +-1 rows), so the support is cut with min_p
     halfway between two steps, never through a tie as top-k could."""
-    from scipy import stats as sst
-    from specdec._sampling import Distribution
-
     path = bigram(arch, 0.0)
     model = Model(path, load_mtp=True)
     temp, min_p, n_seq, n_samples = 8.0, float(np.exp(-15.47)), 16, 2400
     prompt = [11, 52, 97]
-    ctx = Context(model, n_ctx=64, n_batch=64)
-
-    def dist(prefix):
-        ctx.clear()
-        b = Batch(64)
-        for i, t in enumerate(prefix):
-            b.add(t, i, 0, i == len(prefix) - 1)
-        ctx.decode(b)
-        return Distribution().set_logits(np.array(ctx.logits()), temperature=temp,
-                                         min_p=min_p).as_dict()
-
-    joint = {}
-    for a, pa in dist(prompt).items():
-        for b_, pb in dist(prompt + [a]).items():
-            for c, pc in dist(prompt + [a, b_]).items():
-                joint[(a, b_, c)] = pa * pb * pc
+    joint = target_joint(model, prompt, 3, temp, min_p)
     tgt = Context(model, n_ctx=64 * n_seq, n_batch=64, n_seq_max=n_seq,
                   n_rollback=2 if model.supports_partial_rollback else 0)
     mtp = MtpDrafter()
@@ -565,17 +548,8 @@ def test_sampled_distribution_matches_target(bigram, arch):
     st = ctl.stats()
     assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
     assert model.supports_partial_rollback or st["redecodes"] > 0
-    assert set(counts) <= set(joint)
     assert 8 <= len(joint) <= 200
-    n = sum(counts.values())
-    exp = np.array([joint[k] * n for k in joint])
-    obs = np.array([counts.get(k, 0) for k in joint])
-    small = exp < 5
-    e = np.append(exp[~small], exp[small].sum())
-    o = np.append(obs[~small], obs[small].sum())
-    if e[-1] == 0:
-        e, o = e[:-1], o[:-1]
-    p = sst.chisquare(o, e * (o.sum() / e.sum())).pvalue
+    p = chi_square_p(counts, joint)
     assert p > 1e-3, f"chi-square p={p:.2e}"
 
 
