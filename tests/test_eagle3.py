@@ -13,6 +13,7 @@ import functools
 
 import numpy as np
 import pytest
+from bigram_greedy import greedy_cycle
 from joint_law import chi_square_p, target_joint
 
 from specdec import Batch, Context, Decoder, Model, Sampling
@@ -20,7 +21,7 @@ from specdec._controller import Controller
 from specdec.config import SpecConfig
 from specdec.drafters import available
 from specdec.drafters.eagle3 import Eagle3Drafter
-from specdec.testing import bigram_successor, write_bigram_mtp_model
+from specdec.testing import write_bigram_mtp_model
 from specdec.testing.bigram import _Tensors
 from specdec.testing.eagle3 import (eagle3_draft_accuracy, eagle3_first_draft,
                                     noise_for_acceptance, write_eagle3_draft)
@@ -48,19 +49,6 @@ def draft(model_file, target):
 @functools.lru_cache(maxsize=None)
 def _noise(target, acceptance):
     return noise_for_acceptance(target, acceptance)
-
-
-@functools.lru_cache(maxsize=None)
-def _successor(path):
-    return bigram_successor(path)
-
-
-def greedy_cycle(path, prompt, n):
-    succ, out, t = _successor(path), [], prompt[-1]
-    for _ in range(n):
-        t = int(succ[t])
-        out.append(t)
-    return out
 
 
 class Recording(Eagle3Drafter):

@@ -13,7 +13,6 @@ Three references:
 """
 from __future__ import annotations
 
-import functools
 
 import numpy as np
 import pytest
@@ -24,6 +23,7 @@ from specdec._controller import Controller
 from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
 from specdec.drafters._base import run_observe, run_propose
+from bigram_greedy import greedy_cycle
 from joint_law import chi_square_p, target_joint
 from specdec.drafters.mtp import MtpDrafter
 from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
@@ -50,20 +50,6 @@ def split_qwen35(model_file):
                          lambda p, kw=kw: write_tiny_qwen35(p, seed=5, **kw))
                  for kind, kw in [("full", {}), ("trunk", {"mtp": False}),
                                   ("head", {"mtp_only": True})])
-
-
-@functools.lru_cache(maxsize=None)
-def _successor(path):
-    return bigram_successor(path)
-
-
-def greedy_cycle(path, prompt, n):
-    """The bigram model's greedy output: the successor cycle from the last prompt token."""
-    succ, out, t = _successor(path), [], prompt[-1]
-    for _ in range(n):
-        t = int(succ[t])
-        out.append(t)
-    return out
 
 
 class Counting(MtpDrafter):
