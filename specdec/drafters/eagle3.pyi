@@ -2,11 +2,11 @@ import os
 from typing import Dict, Optional, Tuple, Union
 
 from .._core import Context, Model
-from ._base import Drafter
+from ._target_fed import TargetFedDrafter
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-class Eagle3Drafter(Drafter):
+class Eagle3Drafter(TargetFedDrafter):
     @property
     def draft_model(self) -> Optional[Model]: ...
     @property
@@ -17,4 +17,3 @@ class Eagle3Drafter(Drafter):
                  p_min: Optional[float] = None, n_threads: Optional[int] = None,
                  n_gpu_layers: Optional[int] = None, name: str = "eagle3") -> None: ...
     def counters(self) -> Dict[str, int]: ...
-    def synced(self, seq: int = 0) -> int: ...

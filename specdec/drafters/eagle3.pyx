@@ -27,12 +27,14 @@ Tokens that entered the target without rows to read (a reused prompt prefix) get
 features, as llama.cpp's draft-simple does for rows it cannot read.
 """
 from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
+from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
+from ._target_fed cimport TargetFedDrafter
 from ..placement import draft_options
 
 import os
@@ -40,7 +42,7 @@ import os
 from .._archs import LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS
 
 
-cdef class Eagle3Drafter(Drafter):
+cdef class Eagle3Drafter(TargetFedDrafter):
     """Eagle3Drafter(path, *, p_min=None, n_threads=None, n_gpu_layers=None, name="eagle3")
 --
 
@@ -50,19 +52,15 @@ cdef class Eagle3Drafter(Drafter):
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx
     cdef Batch enc                       # feature rows for the encoder
-    cdef Batch batch                     # queued catch-up pairs, then the draft rows
     cdef object _source
     cdef int n_threads
     cdef readonly tuple layers           # target layers read, in the draft's order
     cdef vector[int32_t] lids            # the same, for the hot path
-    cdef int n_embd_tgt, n_embd
+    cdef int n_embd_tgt
     cdef int n_vocab_draft
     cdef vector[float] zeros             # the features of a row the target did not hand out
-    cdef vector[vector[float]] pend      # per seq: g of the deferred (newest committed) position
-    cdef vector[int32_t] n_sync          # per seq: positions whose pair is in the KV or queued
-    cdef vector[int32_t] kept_tok        # per seq: token of the seed pair kept at n_sync-1, or -1
     cdef vector[float] h                 # the draft step's pre-norm state
-    cdef int64_t n_decodes, n_encodes, n_catchup
+    cdef int64_t n_encodes
 
     def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None,
                  name="eagle3"):
@@ -74,16 +72,9 @@ cdef class Eagle3Drafter(Drafter):
         self._set_p_min(p_min, 0.0)
         self.n_threads = 0 if n_threads is None else int(n_threads)
 
-    @property
-    def has_model(self):
-        return True
-
     def close(self):
-        """Free the draft context now (the drafter cannot draft afterwards)."""
-        if self.draft_ctx is not None:
-            self.draft_ctx.close()
+        TargetFedDrafter.close(self)
         self.draft_ctx = None
-        self.batch = None
         self.enc = None
 
     # --- setup ------------------------------------------------------------------------
@@ -126,72 +117,16 @@ cdef class Eagle3Drafter(Drafter):
         if self.draft_ctx.n_ctx_seq < target.n_ctx_seq:
             raise ValueError(f"the draft context holds {self.draft_ctx.n_ctx_seq} positions per "
                              f"sequence, the target {target.n_ctx_seq}")
+        self._bind_fed([self.draft_ctx], n_seq, cap, dm.n_embd)
         self.n_embd_tgt = tm.n_embd
-        self.n_embd = dm.n_embd
         self.n_vocab_draft = min(dm.n_vocab, tm.n_vocab)
         self.enc = Batch(self.draft_ctx.n_ubatch, n_embd=3 * self.n_embd_tgt, n_seq_max=n_seq)
-        self.batch = Batch(cap, n_embd=self.n_embd, n_seq_max=n_seq)
         self.zeros.assign(self.n_embd_tgt, 0.0)
-        self.pend.assign(n_seq, vector[float](self.n_embd, 0.0))
-        self.n_sync.assign(n_seq, 0)
-        self.kept_tok.assign(n_seq, -1)
         self.h.assign(self.n_embd, 0.0)
-        self.n_decodes = self.n_encodes = self.n_catchup = 0
+        self.n_encodes = 0
         return 0
 
-    cdef int _check_bound(self, int seq) except -1:
-        if self.draft_ctx is None:
-            raise RuntimeError("the eagle3 drafter is not bound to a target (Decoder does this)")
-        if seq < 0 or seq >= <int>self.n_sync.size():
-            raise ValueError(f"sequence {seq} out of range for the draft context")
-        return 0
-
-    # --- the queue of catch-up pairs --------------------------------------------------
-
-    cdef int _flush(self) except -1:
-        if self.batch.b.n_tokens == 0:
-            return 0
-        self.draft_ctx.decode_c(self.batch)
-        self.batch.clear_c()
-        self.n_decodes += 1
-        return 0
-
-    cdef int _queue(self, int32_t tok, int pos, int seq, const float * g) except -1:
-        if self.batch.b.n_tokens >= self.batch.capacity:
-            self._flush()
-        self.batch.add_embd_c(tok, pos, seq, False, g)
-        self.n_catchup += 1
-        return 0
-
-    cdef int _forget(self, int seq) except -1:
-        self.batch.drop_seq_c(seq, -1)
-        self.draft_ctx.seq_rm_c(seq, -1, -1)
-        memset(self.pend[seq].data(), 0, self.n_embd * sizeof(float))
-        self.n_sync[seq] = 0
-        self.kept_tok[seq] = -1
-        return 0
-
-    cdef int _trim(self, int seq, int keep) except -1:
-        """Drop the pairs of ``seq`` at positions >= keep (queued ones included)."""
-        if self.n_sync[seq] <= keep:
-            return 0
-        self._flush()
-        self.draft_ctx.seq_rm_c(seq, keep, -1)
-        self.n_sync[seq] = keep
-        self.kept_tok[seq] = -1
-        return 0
-
-    # --- hooks ------------------------------------------------------------------------
-
-    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
-        self._check_bound(seq)
-        self._forget(seq)
-        return 0
-
-    cdef int _reset(self, int seq) except -1:
-        if self.draft_ctx is not None and 0 <= seq < <int>self.n_sync.size():
-            self._forget(seq)
-        return 0
+    # --- hooks (the queue of catch-up pairs: TargetFedDrafter) ------------------------
 
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         """Encode the features of the committed rows; queue the pairs they complete."""
@@ -208,14 +143,8 @@ cdef class Eagle3Drafter(Drafter):
         cdef float * dst
         # the pair of p0 - 1 is (toks[0], pend): in the KV already when the seed of the last
         # propose was exactly that
-        if self.n_sync[seq] > p0 - 1 and p0 > 0:
-            if self.n_sync[seq] == p0 and self.kept_tok[seq] == toks[0]:
-                i = 1
-            else:
-                self._trim(seq, p0 - 1)
-        elif p0 > 0 and self.n_sync[seq] < p0 - 1:
-            raise RuntimeError(f"the EAGLE-3 context of sequence {seq} is behind the target "
-                               f"({self.n_sync[seq]} < {p0 - 1} positions)")
+        if p0 > 0:
+            i = self._seed_kept(seq, p0 - 1, toks[0])
         if i == 0 and p0 > 0:
             self._queue(toks[0], p0 - 1, seq, self.pend[seq].data())
         # encode the rows in chunks; pair (toks[j+1], g_j) at p0+j, the last g deferred.
@@ -253,11 +182,7 @@ cdef class Eagle3Drafter(Drafter):
         cdef int L = self.hist(seq).size()
         if n_max <= 0 or L == 0:
             return 0
-        if self.n_sync[seq] != L - 1:
-            self._trim(seq, L - 1)
-            if self.n_sync[seq] != L - 1:
-                raise RuntimeError(f"the EAGLE-3 context of sequence {seq} is behind the target "
-                                   f"({self.n_sync[seq]} < {L - 1} positions)")
+        self._sync_at(seq, L - 1)
         # the queued catch-up goes with the seed pair, every row an output: llama.cpp's eagle3
         # decoder computes every row's logits anyway and hands out the first n_outputs rows,
         # so only an all-output batch keeps rows and outputs aligned
@@ -270,6 +195,7 @@ cdef class Eagle3Drafter(Drafter):
         cdef const float * g = self.pend[seq].data()
         cdef const float * lg
         cdef const float * hh
+        cdef double t0
         for i in range(n_max):
             if L - 1 + i >= n_ctx_seq:
                 break
@@ -277,7 +203,9 @@ cdef class Eagle3Drafter(Drafter):
             self.batch.add_embd_c(tok, L - 1 + i, seq, True, g)
             for j in range(idx):
                 self.batch.b.logits[j] = 1
+            t0 = now()
             c.decode_c(self.batch)
+            self.t_decode += now() - t0
             self.batch.clear_c()
             self.n_decodes += 1
             n_dec += 1
@@ -295,11 +223,7 @@ cdef class Eagle3Drafter(Drafter):
                 break
             tok = y
         # keep the seed pair (built from the target's own g); the draft steps' go
-        if n_dec > 0:
-            if n_dec > 1:
-                c.seq_rm_c(seq, L, -1)
-            self.n_sync[seq] = L
-            self.kept_tok[seq] = last
+        self._keep_seed(seq, L - 1, last, n_dec)
         return 0
 
     # --- introspection ----------------------------------------------------------------
@@ -307,9 +231,5 @@ cdef class Eagle3Drafter(Drafter):
     def counters(self) -> dict:
         """Draft decodes and encodes run, and catch-up pairs queued (since bind)."""
         return {"decodes": self.n_decodes, "encodes": self.n_encodes,
-                "catchup_rows": self.n_catchup}
-
-    def synced(self, int seq=0) -> int:
-        """Positions of ``seq`` whose pair is in the draft context or queued for it."""
-        self._check_bound(seq)
-        return self.n_sync[seq]
+                "catchup_rows": self.n_catchup, "flushes": self.n_flushes,
+                "t_decode_s": self.t_decode}

@@ -2,13 +2,13 @@ import os
 from typing import Dict, Literal, Optional, Union
 
 from .._core import Context, Model
-from ._base import Drafter
+from ._target_fed import TargetFedDrafter
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: requantized copies of the target's own head (``mtp:q8_0`` ...), derived into the cache
 HeadType = Literal["q8_0", "q5_0", "q4_0"]
 
-class MtpDrafter(Drafter):
+class MtpDrafter(TargetFedDrafter):
     @property
     def mtp_model(self) -> Optional[Model]: ...
     @property
@@ -19,4 +19,3 @@ class MtpDrafter(Drafter):
                  p_min: Optional[float] = None, n_threads: Optional[int] = None,
                  n_gpu_layers: Optional[int] = None, name: str = "mtp") -> None: ...
     def counters(self) -> Dict[str, Union[int, float]]: ...
-    def synced(self, seq: int = 0) -> int: ...

@@ -37,14 +37,15 @@ draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 ``chain_heads``. Each head gets its own MTP context pinned to its layer with
 ``set_mtp_head``, so no head's KV is ever rewritten under another's.
 """
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport int32_t
 from libc.string cimport memcpy
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libcpp.vector cimport vector
 
-from .._core cimport Model, Context, Batch
+from .._core cimport Model, Context
+from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
+from ._target_fed cimport TargetFedDrafter
 from ..placement import draft_options
 
 import os
@@ -61,13 +62,7 @@ DEF IDLE_ROUNDS = 64
 DEF KEEP_ROWS = 32
 
 
-cdef inline double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
-
-
-cdef class MtpDrafter(Drafter):
+cdef class MtpDrafter(TargetFedDrafter):
     """MtpDrafter(path=None, *, p_min=None, n_threads=None, name="mtp")
 --
 
@@ -93,18 +88,9 @@ cdef class MtpDrafter(Drafter):
         """The head reads the target's hidden state of every row of every decode."""
         return True
 
-    @property
-    def has_model(self):
-        return True
-
     def close(self):
-        """Free the MTP contexts now (the drafter cannot draft afterwards)."""
-        cdef Context c
-        for c in self.head_ctxs or ():
-            c.close()
-        self.head_ctxs = []
+        TargetFedDrafter.close(self)
         self.mtp_ctx = None
-        self.batch = None
 
     cdef int _head_count(self, Model mm) except -1:
         """Heads to chain: the model's own (one context per NextN layer), else one."""
@@ -173,7 +159,7 @@ cdef class MtpDrafter(Drafter):
             target.set_mtp_hidden("dense")
         self.n_heads = self._head_count(mm)
         cdef int cap = target.n_batch + 1   # a whole target batch of catch-up plus a draft row
-        self.head_ctxs = []
+        ctxs = []
         for h in range(self.n_heads):
             # dense: llama.cpp's masked mode hands back the ubatch's *first* rows, wrong
             # for a draft row queued behind catch-up rows, unless the graph pruned to
@@ -186,55 +172,17 @@ cdef class MtpDrafter(Drafter):
                                  f"the target {target.n_ctx_seq}")
             if mm.n_mtp_layers > 1:
                 ctx.set_mtp_head(h)
-            self.head_ctxs.append(ctx)
-        self.mtp_ctx = self.head_ctxs[0]
-        self.n_embd = mm.n_embd_out
+            ctxs.append(ctx)
+        self._bind_fed(ctxs, n_seq, cap, mm.n_embd_out)
+        self.mtp_ctx = ctxs[0]
         self.n_vocab_draft = min(mm.n_vocab, tm.n_vocab)
-        self.batch = Batch(cap, n_embd=self.n_embd, n_seq_max=n_seq)
-        self.pend.assign(n_seq, vector[float](self.n_embd, 0.0))
-        self.n_sync.assign(n_seq, 0)
-        self.kept_tok.assign(n_seq, -1)
         self.idle.assign(n_seq, 0)
         self.chain_h.resize(<size_t>(self.n_heads + 1) * self.n_embd)
         self.chain_tok.resize(self.n_heads + 1)
-        self.n_decodes = self.n_catchup = self.n_flushes = self.n_skipped = 0
-        self.t_decode = 0.0
+        self.n_skipped = 0
         return 0
 
-    cdef int _check_bound(self, int seq) except -1:
-        if self.mtp_ctx is None:
-            raise RuntimeError("the mtp drafter is not bound to a target (Decoder does this)")
-        if seq < 0 or seq >= <int>self.n_sync.size():
-            raise ValueError(f"sequence {seq} out of range for the MTP context")
-        return 0
-
-    # --- the queue of catch-up rows ---------------------------------------------------
-
-    cdef int _flush(self) except -1:
-        """Decode the queued catch-up rows (no outputs) into every head's context."""
-        if self.batch.b.n_tokens == 0:
-            return 0
-        cdef Context c
-        cdef double t0 = _now()
-        for c in self.head_ctxs:
-            c.decode_c(self.batch)
-            self.n_decodes += 1
-        self.t_decode += _now() - t0
-        self.batch.clear_c()
-        self.n_flushes += 1
-        return 0
-
-    cdef int _queue(self, int32_t tok, int pos, int seq, const float * row) except -1:
-        if self.batch.b.n_tokens >= self.batch.capacity:
-            self._flush()
-        self.batch.add_embd_c(tok, pos, seq, False, row)
-        self.n_catchup += 1
-        return 0
-
-    cdef int _drop_queued(self, int seq, int n_drop=-1) noexcept nogil:
-        """Remove the oldest ``n_drop`` queued rows of ``seq`` (all for -1: a new request or
-        a reset makes them stale)."""
-        return self.batch.drop_seq_c(seq, n_drop)
+    # --- the queue of catch-up rows (TargetFedDrafter) --------------------------------
 
     cdef int _skip_old(self, int seq) noexcept nogil:
         """While nobody asks for drafts, keep only the newest ``KEEP_ROWS`` queued rows of
@@ -245,45 +193,15 @@ cdef class MtpDrafter(Drafter):
                 m += 1
         if m > 2 * KEEP_ROWS:
             self.n_skipped += m - KEEP_ROWS
-            self._drop_queued(seq, m - KEEP_ROWS)
+            self.batch.drop_seq_c(seq, m - KEEP_ROWS)
         return 0
 
     cdef int _forget(self, int seq) except -1:
-        self._drop_queued(seq)
+        TargetFedDrafter._forget(self, seq)
         self.idle[seq] = 0
-        cdef Context c
-        for c in self.head_ctxs:
-            c.seq_rm_c(seq, -1, -1)
-        cdef int i
-        for i in range(self.n_embd):
-            self.pend[seq][i] = 0.0
-        self.n_sync[seq] = 0
-        self.kept_tok[seq] = -1
-        return 0
-
-    cdef int _trim(self, int seq, int keep) except -1:
-        """Drop the MTP rows of ``seq`` at positions >= keep (queued ones included)."""
-        cdef Context c
-        if self.n_sync[seq] <= keep:
-            return 0
-        self._flush()
-        for c in self.head_ctxs:
-            c.seq_rm_c(seq, keep, -1)
-        self.n_sync[seq] = keep
-        self.kept_tok[seq] = -1
         return 0
 
     # --- hooks ------------------------------------------------------------------------
-
-    cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
-        self._check_bound(seq)
-        self._forget(seq)
-        return 0
-
-    cdef int _reset(self, int seq) except -1:
-        if self.mtp_ctx is not None and 0 <= seq < <int>self.n_sync.size():
-            self._forget(seq)
-        return 0
 
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
         """Queue (x_p, h_{p-1}) for each committed token; keep h of the last one."""
@@ -297,15 +215,8 @@ cdef class MtpDrafter(Drafter):
         cdef Context t = self._target
         cdef int i = 0
         cdef const float * h
-        if self.n_sync[seq] > p0:
-            # the row of the pending token, decoded while drafting from the target's own h
-            if self.n_sync[seq] == p0 + 1 and self.kept_tok[seq] == toks[0]:
-                i = 1
-            else:
-                self._trim(seq, p0)
-        elif self.n_sync[seq] < p0:
-            raise RuntimeError(f"the MTP context of sequence {seq} is behind the target "
-                               f"({self.n_sync[seq]} < {p0} positions)")
+        # the row of the pending token, decoded while drafting from the target's own h
+        i = self._seed_kept(seq, p0, toks[0])
         for i in range(i, n):
             if i == 0:
                 h = self.pend[seq].data()
@@ -339,11 +250,7 @@ cdef class MtpDrafter(Drafter):
         cdef int p0 = self.hist(seq).size()
         if n_max <= 0:
             return 0
-        if self.n_sync[seq] != p0:
-            self._trim(seq, p0)
-            if self.n_sync[seq] != p0:
-                raise RuntimeError(f"the MTP context of sequence {seq} is behind the target "
-                                   f"({self.n_sync[seq]} < {p0} positions)")
+        self._sync_at(seq, p0)
         self.idle[seq] = 0
         if self.n_heads > 1:
             return self._propose_chain(seq, last, n_max, out)
@@ -353,9 +260,9 @@ cdef class MtpDrafter(Drafter):
         # (or a prompt came in): catch up on its own, so the draft steps' time stays a
         # measure of drafting for the adaptive policy
         if self.batch.b.n_tokens > <int>self.n_sync.size() * (max(n_max, self.n_max) + 1):
-            t0 = _now()
+            t0 = now()
             self._flush()
-            self.t_sync = _now() - t0
+            self.t_sync = now() - t0
         cdef Context c = self.mtp_ctx
         cdef Model tm = self._target.model
         cdef int i, idx, n_dec = 0
@@ -370,9 +277,9 @@ cdef class MtpDrafter(Drafter):
                 self._flush()
             idx = self.batch.b.n_tokens
             self.batch.add_embd_c(tok, p0 + i, seq, True, h)
-            t0 = _now()
+            t0 = now()
             c.decode_c(self.batch)        # step 0 also decodes the queued catch-up
-            self.t_decode += _now() - t0
+            self.t_decode += now() - t0
             self.batch.clear_c()
             self.n_decodes += 1
             n_dec += 1
@@ -388,11 +295,7 @@ cdef class MtpDrafter(Drafter):
                 break
             tok = y
         # keep the row of ``last`` (built from the target's h); the rest was the head's own
-        if n_dec > 0:
-            if n_dec > 1:
-                c.seq_rm_c(seq, p0 + 1, -1)
-            self.n_sync[seq] = p0 + 1
-            self.kept_tok[seq] = last
+        self._keep_seed(seq, p0, last, n_dec)
         return 0
 
     cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1:
@@ -410,7 +313,7 @@ cdef class MtpDrafter(Drafter):
         for i in range(n):
             if p0 + i >= self.mtp_ctx.n_ctx_seq:
                 break
-            c = <Context> self.head_ctxs[i]
+            c = <Context> self.fed_ctxs[i]
             for t in range(i + 1):
                 self.batch.add_embd_c(self.chain_tok[t], p0 + t, seq, t == i,
                                       self.chain_h.data() + <size_t>t * E)
@@ -440,9 +343,4 @@ cdef class MtpDrafter(Drafter):
         return {"decodes": self.n_decodes, "catchup_rows": self.n_catchup,
                 "skipped_rows": self.n_skipped,
                 "flushes": self.n_flushes, "heads": self.n_heads, "t_decode_s": self.t_decode}
-
-    def synced(self, int seq=0) -> int:
-        """Positions of ``seq`` whose MTP row is in the MTP context or queued for it."""
-        self._check_bound(seq)
-        return self.n_sync[seq]
 
