@@ -24,6 +24,11 @@ LAYER_INPUT_ARCHS = frozenset({
 #: the decoder's pre-norm state, come out as llama.cpp's nextn embeddings
 LAYER_DRAFT_ARCHS = frozenset({"eagle3"})
 
+#: draft archs that take the target's layer inputs as feature-only decode batches, written
+#: into their own KV at the target's positions (llama.cpp: DFlash's KV injection), and draft
+#: a whole block of mask tokens in one token batch
+BLOCK_DRAFT_ARCHS = frozenset({"dflash"})
+
 #: of those, the archs whose MTP graph runs several chained heads
 MTP_MULTI_HEAD_ARCHS = frozenset({"step35", "mimo2", "hy_v3"})
 

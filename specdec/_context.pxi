@@ -71,9 +71,10 @@ cdef class Context:
         n_outputs_max = p.n_outputs_max
         cdef bint is_mtp = p.ctx_type == LLAMA_CONTEXT_TYPE_MTP
         if other is not None:
-            if model.arch not in LAYER_DRAFT_ARCHS:
+            if model.arch not in LAYER_DRAFT_ARCHS | BLOCK_DRAFT_ARCHS:
                 raise ValueError(f"other= is for draft models that borrow the target's "
-                                 f"embeddings and LM head ({sorted(LAYER_DRAFT_ARCHS)}), not "
+                                 f"embeddings and LM head "
+                                 f"({sorted(LAYER_DRAFT_ARCHS | BLOCK_DRAFT_ARCHS)}), not "
                                  f"{model.arch!r}")
             other._alive()
             p.ctx_other = other.ctx
@@ -132,6 +133,9 @@ cdef class Context:
         self._rollback_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
         self._mtp_hidden = 0
+        self._n_feat = (len(model.target_layers) * model.n_embd
+                        if model.arch in BLOCK_DRAFT_ARCHS else 0)
+        self.causal_attn = True
         # llama.cpp asserts a decode's outputs fit n_outputs_max (0: n_batch; encoders: n_batch)
         self._n_outputs_max = (n_outputs_max if n_outputs_max > 0
                                and not llama_model_has_encoder(model.model) else self.n_batch)
@@ -294,6 +298,14 @@ cdef class Context:
             raise ValueError(f"{self.model.arch} runs a single MTP head")
         llama_set_nextn_layer_offset(self.ctx, index)
 
+    def set_causal_attn(self, bint value):
+        """Causal attention (the default) or not: without it every row of a decode attends to
+        the whole sequence, its later rows included (DFlash drafts a block that way), and a
+        decode takes at most ``n_ubatch`` tokens (llama.cpp asserts it)."""
+        self._alive()
+        llama_set_causal_attn(self.ctx, value)
+        self.causal_attn = value
+
     def set_threads(self, n_threads, n_threads_batch=None):
         self._alive()
         _check_positive("n_threads", n_threads)
@@ -340,13 +352,19 @@ cdef class Context:
                 raise ValueError(f"an MTP or EAGLE-3 draft context needs batches with a token "
                                  f"and a hidden row of {self._n_embd_in} floats per entry "
                                  f"(Batch(n_embd=...)), got n_embd={batch.n_embd}")
-        elif batch.n_embd != 0:
-            raise ValueError("this context decodes token batches; the batch carries embedding rows")
+        elif batch.n_embd != 0 and batch.n_embd != self._n_feat:
+            raise ValueError("this context decodes token batches; the batch carries embedding rows"
+                             + (f" of {batch.n_embd} floats, not feature rows of {self._n_feat}"
+                                if self._n_feat else ""))
+        if not self.causal_attn and n > self.n_ubatch:
+            raise ValueError(f"with non-causal attention a decode takes at most n_ubatch="
+                             f"{self.n_ubatch} tokens, got {n}")
+        cdef bint feats = self._n_feat > 0 and batch.n_embd == self._n_feat
         for s in range(self.n_seq_max):
             self._seq_ntok[s] = 0
         for i in range(n):
             n_out += batch.b.logits[i] != 0
-            if batch.b.token[i] < 0 or batch.b.token[i] >= self.n_vocab:
+            if not feats and (batch.b.token[i] < 0 or batch.b.token[i] >= self.n_vocab):
                 raise ValueError(f"token id {batch.b.token[i]} at batch index {i} out of range "
                                  f"[0, {self.n_vocab})")
             p = batch.b.pos[i]
@@ -387,18 +405,22 @@ cdef class Context:
         cdef int rrc = SD_REMOTE_OK
         cdef string why
         cdef int32_t rc = 0
+        # a DFlash draft's feature rows go in alone: llama.cpp reads a batch with tokens as tokens
+        cdef llama_batch b = batch.b
+        if self._n_feat > 0 and batch.n_embd == self._n_feat:
+            b.token = NULL
         self._enter()
         try:
             self._stop.requested = False
             _stop_begin(&self._stop)
             with nogil:
                 if remote:
-                    rrc = sd_remote_decode(self.ctx, batch.b, trim, n_trim, self.n_rollback, &rc,
+                    rrc = sd_remote_decode(self.ctx, b, trim, n_trim, self.n_rollback, &rc,
                                            timeout, why)
                 else:
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, n_trim)
-                    rc = sd_decode(self.ctx, batch.b)
+                    rc = sd_decode(self.ctx, b)
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rollback)
         finally:

@@ -98,6 +98,8 @@ cdef class Context:
     cdef readonly Context other # the target whose weights an EAGLE-3 draft borrows (ctx_other)
     cdef vector[int32_t] _layer_inp  # layers whose inputs every decode keeps (set_layer_inputs)
     cdef bint _layer_inp_ok     # the last decode made them (False until one has)
+    cdef int _n_feat            # DFlash drafts: width of a feature row (target layers x n_embd)
+    cdef readonly bint causal_attn   # False: every row attends to the whole sequence (DFlash)
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept

@@ -38,7 +38,7 @@ import weakref
 
 import numpy as np
 
-from ._archs import (LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS, LAZY_MTP_ARCHS, MTP_ARCHS,
+from ._archs import (BLOCK_DRAFT_ARCHS, LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS, LAZY_MTP_ARCHS, MTP_ARCHS,
                      MTP_MULTI_HEAD_ARCHS, MTP_PRUNED_ARCHS, PARTIAL_ROLLBACK_ARCHS,
                      ROLLBACK_TRIM_ARCHS)
 from ._gguf_check import GGUFError, check_gguf

@@ -230,6 +230,7 @@ cdef extern from "llama.h" nogil:
     llama_token llama_vocab_sep(const llama_vocab * vocab)
     cbool llama_vocab_get_add_bos(const llama_vocab * vocab)
     cbool llama_vocab_get_add_eos(const llama_vocab * vocab)
+    llama_token llama_vocab_mask(const llama_vocab * vocab)
 
 
     llama_pos llama_memory_seq_pos_min(llama_memory_t mem, llama_seq_id seq_id)
@@ -241,6 +242,7 @@ cdef extern from "llama.h" nogil:
     int32_t llama_decode(llama_context * ctx, llama_batch batch)
     void llama_set_n_threads(llama_context * ctx, int32_t n_threads, int32_t n_threads_batch)
     float * llama_get_logits_ith(llama_context * ctx, int32_t i)
+    void llama_set_causal_attn(llama_context * ctx, cbool causal_attn)
 
     llama_perf_context_data llama_perf_context(const llama_context * ctx)
     void llama_perf_context_reset(llama_context * ctx)

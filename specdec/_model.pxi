@@ -318,6 +318,11 @@ cdef class Model:
         return llama_vocab_eos(self.vocab) if self.vocab != NULL else -1
 
     @property
+    def mask(self) -> int:
+        """The mask token a block drafter fills its draft positions with (DFlash), or -1."""
+        return llama_vocab_mask(self.vocab) if self.vocab != NULL else -1
+
+    @property
     def eot(self) -> int:
         return llama_vocab_eot(self.vocab) if self.vocab != NULL else -1
 

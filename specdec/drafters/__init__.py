@@ -19,6 +19,7 @@ from .registry import (BUILTINS, ENTRY_POINT_GROUP, OVERRIDE_ENV, available, cre
                        get, register, wrap)
 
 if TYPE_CHECKING:   # type checkers see the classes; at runtime __getattr__ loads them
+    from .dflash import DFlashDrafter as DFlashDrafter
     from .draft_model import DraftModelDrafter as DraftModelDrafter
     from .eagle3 import Eagle3Drafter as Eagle3Drafter
     from .layerskip import LayerSkipDrafter as LayerSkipDrafter

@@ -53,6 +53,9 @@ BUILTINS: Dict[str, Builtin] = {
                    "the target's MTP head, an MTP-only GGUF, or a requantized copy of the head"),
     "eagle3": Builtin("eagle3", "Eagle3Drafter", "eagle3:PATH",
                       "an EAGLE-3 head GGUF that reads the target's intermediate layer inputs"),
+    "dflash": Builtin("dflash", "DFlashDrafter", "dflash:PATH",
+                      "a DFlash block-diffusion GGUF: a whole block per decode, from the "
+                      "target's layer inputs"),
 }
 
 _registry: Dict[str, Callable[..., Any]] = {}

@@ -104,13 +104,19 @@ def _sign_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
 class _BigramFill:
     """Structured values for the bigram tensors, random ones (RandomFill) for the rest."""
 
-    def __init__(self, d: Qwen35Dims, seed: int, noise: float) -> None:
+    def __init__(self, d: Qwen35Dims, seed: int, noise: float, period: int | None = None) -> None:
         structure, weights, noise_seed = np.random.SeedSequence(seed).spawn(3)
         rng = np.random.default_rng(structure)
         order = rng.permutation(d.n_vocab)
         self.successor = np.empty(d.n_vocab, dtype=np.int64)
-        self.successor[order] = np.roll(order, -1)  # one cycle through every token
-        self.embd = _sign_rows(rng, d.n_vocab, d.n_embd)
+        if period is None:
+            self.successor[order] = np.roll(order, -1)  # one cycle through every token
+            self.embd = _sign_rows(rng, d.n_vocab, d.n_embd)
+        else:   # cycles of `period` tokens; embedding dim 0 is +1 in every row
+            cycles = order.reshape(-1, period)
+            self.successor[cycles] = np.roll(cycles, -1, axis=1)
+            self.embd = np.ones((d.n_vocab, d.n_embd), dtype=np.float32)
+            self.embd[:, 1:] = _sign_rows(rng, d.n_vocab, d.n_embd - 1)
         self.random = RandomFill(int(weights.generate_state(1)[0]))
         self.noise_rng = np.random.default_rng(noise_seed)
         self.noise = noise
@@ -145,6 +151,7 @@ def write_bigram_mtp_model(
     seed: int = 0,
     dtype: str | None = None,
     eos_token_id: int | None = None,
+    period: int | None = None,
 ) -> Path:
     """Write a trunk-bigram model with one MTP block that predicts the trunk's next token.
 
@@ -155,10 +162,17 @@ def write_bigram_mtp_model(
     stored under ``specdec.bigram.successor`` so tests can predict greedy output.
     ``eos_token_id`` makes one token of the cycle the end of generation, for
     stop tests (the test vocab has no EOS of its own).
+
+    ``period`` splits the one cycle into cycles of that many tokens, so that greedy text
+    repeats with that period, and makes embedding dim 0 the same (+1) for every token: a
+    position-only feature that a DFlash draft's attention reads (``specdec.testing.dflash``).
     """
     d = bigram_dims(size, arch)
     dtype = dtype or _DEFAULT_DTYPE[size]
-    fill = _BigramFill(d, seed, float(noise))
+    if period is not None and not (1 < period <= d.n_vocab and d.n_vocab % period == 0):
+        raise ValueError(f"period must divide the vocab size {d.n_vocab} and exceed 1, "
+                         f"got {period}")
+    fill = _BigramFill(d, seed, float(noise), period)
 
     def add_kv(w: gguf.GGUFWriter) -> None:
         add_qwen35_kv(w, d, n_nextn=1)
