@@ -201,7 +201,7 @@ def write_dflash_draft(
                         gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
         w.add_uint32(f"{ARCH}.block_size", block_size)
         if causal:
-            w.add_string(f"{ARCH}.attention.causal", "true")
+            w.add_bool(f"{ARCH}.attention.causal", True)
         add_test_tokenizer(w, n_vocab)
         if mask_token >= 0:
             w.add_uint32(gguf.Keys.Tokenizer.MASK_ID, mask_token)
