@@ -49,3 +49,25 @@ def chi_square_p(counts: Dict[Tuple[int, ...], int], joint: Dict[Tuple[int, ...]
     if e[-1] == 0:
         e, o = e[:-1], o[:-1]
     return float(sst.chisquare(o, e * (o.sum() / e.sum())).pvalue)
+
+
+def speculative_counts(tgt: Context, drafter, prompt: Sequence[int], n: int, n_max: int,
+                       temperature: float, min_p: float,
+                       n_samples: int) -> Tuple[Dict[Tuple[int, ...], int], dict]:
+    """How often each first ``n`` tokens came out of ``n_samples`` speculative runs of
+    ``drafter`` on ``tgt`` (all its sequences at once), and the controller's stats."""
+    from specdec._controller import Controller
+    from specdec.config import SpecConfig
+
+    n_seq = tgt.n_seq_max
+    drafter.configure(SpecConfig(n_max=n_max))
+    drafter.bind(tgt, n_seq)
+    ctl = Controller(tgt, [drafter], n_max=n_max, temperature=temperature, min_p=min_p)
+    counts: Dict[Tuple[int, ...], int] = {}
+    for r in range(n_samples // n_seq):
+        ctl.start([list(prompt)] * n_seq, n, seeds=[1000 * r + i for i in range(n_seq)])
+        ctl.run()
+        for i in range(n_seq):
+            k = tuple(ctl.tokens(i))
+            counts[k] = counts.get(k, 0) + 1
+    return counts, ctl.stats()

@@ -34,6 +34,11 @@ def setup(request, tiny_dense_path, bigram_tiny_path, tmp_path, monkeypatch):
             from specdec.testing.eagle3 import write_eagle3_draft
             head = write_eagle3_draft(tmp_path / "eagle3.gguf", bigram_tiny_path)
             return bigram_tiny_path, (str(head),), [1, 2, 3]
+        if name == "dflash":
+            from specdec.testing import write_bigram_mtp_model, write_dflash_draft
+            periodic = write_bigram_mtp_model(tmp_path / "periodic.gguf", period=16)
+            block = write_dflash_draft(tmp_path / "dflash.gguf", periodic)
+            return str(periodic), (str(block),), [1, 2, 3]
         args = {"draft": (tiny_dense_path,), "layerskip": (1,), "ngram-map": (1, 4),
                 "ngram-map-k4v": (1, 4)}.get(name, ())
         return tiny_dense_path, args, REPEAT

@@ -14,11 +14,9 @@ import functools
 import numpy as np
 import pytest
 from bigram_greedy import greedy_cycle
-from joint_law import chi_square_p, target_joint
+from joint_law import chi_square_p, speculative_counts, target_joint
 
 from specdec import Batch, Context, Decoder, Model, Sampling
-from specdec._controller import Controller
-from specdec.config import SpecConfig
 from specdec.drafters import available
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.testing import write_bigram_mtp_model
@@ -235,18 +233,8 @@ def test_sampled_distribution_matches_target(target, draft):
     prompt = [11, 52, 97]
     joint = target_joint(model, prompt, 3, temp, min_p)
     tgt = Context(model, n_ctx=64 * n_seq, n_batch=64, n_seq_max=n_seq, n_rollback=2)
-    d = Eagle3Drafter(draft(0.7))
-    d.configure(SpecConfig(n_max=2))
-    d.bind(tgt, n_seq)
-    ctl = Controller(tgt, [d], n_max=2, temperature=temp, min_p=min_p)
-    counts = {}
-    for r in range(n_samples // n_seq):
-        ctl.start([prompt] * n_seq, 3, seeds=[1000 * r + i for i in range(n_seq)])
-        ctl.run()
-        for i in range(n_seq):
-            k = tuple(ctl.tokens(i))
-            counts[k] = counts.get(k, 0) + 1
-    st = ctl.stats()
+    counts, st = speculative_counts(tgt, Eagle3Drafter(draft(0.7)), prompt, 3, 2, temp, min_p,
+                                    n_samples)
     assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
     p = chi_square_p(counts, joint)
     assert p > 1e-3, f"chi-square p={p:.2e}"

@@ -24,7 +24,7 @@ from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
 from specdec.drafters._base import run_observe, run_propose
 from bigram_greedy import greedy_cycle
-from joint_law import chi_square_p, target_joint
+from joint_law import chi_square_p, speculative_counts, target_joint
 from specdec.drafters.mtp import MtpDrafter
 from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
 from specdec.testing import bigram_successor, write_bigram_mtp_model, write_tiny_qwen35
@@ -520,18 +520,7 @@ def test_sampled_distribution_matches_target(bigram, arch):
     joint = target_joint(model, prompt, 3, temp, min_p)
     tgt = Context(model, n_ctx=64 * n_seq, n_batch=64, n_seq_max=n_seq,
                   n_rollback=2 if model.supports_partial_rollback else 0)
-    mtp = MtpDrafter()
-    mtp.configure(SpecConfig(n_max=2))
-    mtp.bind(tgt, n_seq)
-    ctl = Controller(tgt, [mtp], n_max=2, temperature=temp, min_p=min_p)
-    counts = {}
-    for r in range(n_samples // n_seq):
-        ctl.start([prompt] * n_seq, 3, seeds=[1000 * r + i for i in range(n_seq)])
-        ctl.run()
-        for i in range(n_seq):
-            k = tuple(ctl.tokens(i))
-            counts[k] = counts.get(k, 0) + 1
-    st = ctl.stats()
+    counts, st = speculative_counts(tgt, MtpDrafter(), prompt, 3, 2, temp, min_p, n_samples)
     assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
     assert model.supports_partial_rollback or st["redecodes"] > 0
     assert 8 <= len(joint) <= 200
