@@ -25,11 +25,11 @@ features, as the EAGLE-3 drafter does.
 """
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memset
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax, prob_at_least
+from .._timing cimport now
 from ._base cimport Drafter, Draft
 from .._gguf_check import parse_gguf
 from ..placement import draft_options
@@ -41,12 +41,6 @@ from .._archs import BLOCK_DRAFT_ARCHS, LAYER_INPUT_ARCHS
 
 # llama.cpp's default when a draft names no block size
 DEFAULT_BLOCK_SIZE = 16
-
-
-cdef double _now() noexcept nogil:
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 def _tensor_names(path) -> set:
@@ -278,13 +272,13 @@ cdef class DFlashDrafter(Drafter):
         cdef int L = self.hist(seq).size()
         if n_max <= 0 or L == 0:
             return 0
-        cdef double t0 = _now()
+        cdef double t0 = now()
         self._truncate(seq, L)
         while self.n_kv[seq] + self.n_pend[seq] < L:
             memset(self._pend_row(seq), 0, self.width * sizeof(float))
         if self.n_pend[seq] > 0:
             self._inject(seq)
-        self.t_sync = _now() - t0
+        self.t_sync = now() - t0
         cdef Context c = self.draft_ctx
         cdef Model tm = self._target.model
         cdef int i, n = min(n_max, self.block_size - 1, c.n_ctx_seq - 1 - L)
