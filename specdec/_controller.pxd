@@ -60,6 +60,8 @@ cdef class Controller:
     cdef Batch batch
     cdef list seqs
     cdef readonly int n_ctx_seq
+    cdef readonly int n_swa      # attention-only target with sliding-window layers: their window
+    cdef readonly int max_rows   # rows a verify batch may hold (one ubatch with a window cache)
     cdef bint exact
     cdef bint pad_equal      # exact mode on attention-only targets: equal rows per sequence
     cdef int rs_cap          # max rollback per round (n_rollback), -1 unlimited
@@ -79,6 +81,8 @@ cdef class Controller:
     cdef double t_prompt, t_start, t_gen
 
     cdef _Seq _seq(self, int seq)
+    cdef int _kept(self, const int32_t * held, int n_held, int pos_min, const int32_t * toks,
+                   int n) noexcept
     cdef int _prefill(self, _Seq s, vector[int32_t] & toks, int n0) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _propose(self, _Seq s, int k_cap) except -1

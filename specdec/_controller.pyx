@@ -89,8 +89,23 @@ cdef class Controller:
         if rs_snapshots and n_max > 0 and ctx.n_rollback < n_max:
             raise ValueError(f"n_rollback={ctx.n_rollback} of the target context is too small "
                              f"for drafts of {n_max} tokens: create it with n_rollback >= n_max")
-        if n_max + 1 > ctx.n_batch:
-            raise ValueError(f"n_max={n_max} needs n_batch >= {n_max + 1} (have {ctx.n_batch})")
+        # A sliding-window cache (swa_full=False) overwrites a cell once it falls out of the
+        # window of its sequence's next position, as each ubatch is placed: a verify batch
+        # decoded as one ubatch can be rolled back (the rows it replaced are out of the window
+        # of every row kept), one split into several cannot. llama.cpp splits a batch into
+        # ubatches of n_ubatch rows in order on one KV stream, and by sequence on several.
+        window = self.model.n_swa > 0 and not ctx.swa_full
+        if window and not (ctx.kv_unified or ctx.n_seq_max == 1):
+            raise ValueError("a sliding-window KV cache (swa_full=False) needs one KV stream "
+                             "(kv_unified=True): llama.cpp splits a verify batch of several "
+                             "streams into ubatches by sequence, and a rollback across them "
+                             "would need cells it has overwritten")
+        self.max_rows = ctx.n_ubatch if window else ctx.n_batch
+        # a cut back to an earlier point needs that point's window (see _kept)
+        self.n_swa = self.model.n_swa if not recurrent else 0
+        if n_max + 1 > self.max_rows:
+            raise ValueError(f"n_max={n_max} needs n_batch >= {n_max + 1} (have {ctx.n_batch}"
+                             + (f", n_ubatch {ctx.n_ubatch} with a window cache)" if window else ")"))
         if exact and not ctx.batch_invariant:
             raise ValueError("exact mode needs a batch-invariant target context: "
                              "Context(..., batch_invariant=True) on a Model(..., use_extra_bufts=False)")
@@ -165,7 +180,7 @@ cdef class Controller:
         s.n_drafters = len(s.drafters)
         if s.n_drafters == 0:
             n_max = 0
-        assert n_max + 1 <= self.ctx.n_batch
+        assert n_max + 1 <= self.max_rows
         s.policy = policy if policy is not None else new_policy(n_max)
         s.n_min = n_min
         s.greedy = temperature <= 0.0
@@ -187,14 +202,8 @@ cdef class Controller:
         for i in range(N_PARTS):
             s.t_part[i] = 0.0
         # the memory must still be what ``mem`` says (a caller may have used the context)
-        if reuse and self.ctx.seq_pos_max(s.id) == <int>s.mem.size() - 1:
-            while c < n and c < <int>s.mem.size() and s.mem[c] == toks[c]:
-                c += 1
-            if c == n:
-                c = n - 1        # the last prompt token is decoded again, for its logits
-            if (self.model.is_recurrent or self.model.is_hybrid) and (
-                    c != <int>s.mem.size() or (self.exact and n - c < 2)):
-                c = 0            # the recurrent state is kept only where the memory ends
+        if reuse and self.ctx.pos_max_c(s.id) == <int>s.mem.size() - 1:
+            c = self._kept(s.mem.data(), s.mem.size(), self.ctx.pos_min_c(s.id), toks.data(), n)
         cdef double t0 = now()
         if c > 0:
             if not self.ctx.seq_rm_c(s.id, c, -1):
@@ -212,6 +221,52 @@ cdef class Controller:
         self.t_prompt += s.t_prompt
         return n - c
 
+    cdef int _kept(self, const int32_t * held, int n_held, int pos_min, const int32_t * toks,
+                   int n) noexcept:
+        """Tokens of ``toks[:n]`` a join with reuse keeps of a memory holding ``held[:n_held]``
+        whose sliding-window layers hold positions ``pos_min..``.
+
+        The last prompt token is decoded again, for its logits. A recurrent state is kept
+        only where the memory ends. A cut back to ``c`` keeps the window of position ``c``
+        only if those layers still hold it: a window cache drops what falls out of the
+        window as it goes, and a saved state holds only the window of its end.
+        """
+        cdef int c = 0
+        while c < n and c < n_held and held[c] == toks[c]:
+            c += 1
+        if c == n:
+            c = n - 1
+        if (self.model.is_recurrent or self.model.is_hybrid) and (
+                c != n_held or (self.exact and n - c < 2)):
+            return 0
+        if self.n_swa > 0 and c > 0 and not 0 <= pos_min <= min(c - 1, max(0, c - self.n_swa + 1)):
+            return 0
+        return c
+
+    def reusable(self, int seq, prompt) -> int:
+        """Prompt tokens a join of ``prompt`` on free slot ``seq`` with ``reuse`` would keep."""
+        cdef _Seq s = self._seq(seq)
+        if s.active or s.mem.size() == 0 or self.ctx.pos_max_c(s.id) != <int>s.mem.size() - 1:
+            return 0
+        cdef vector[int32_t] toks = _tokens(prompt)
+        return self._kept(s.mem.data(), s.mem.size(), self.ctx.pos_min_c(s.id), toks.data(),
+                          toks.size())
+
+    def kept_prefix(self, held, prompt, int window_start) -> int:
+        """Prompt tokens a join of ``prompt`` with reuse would keep of a saved state of the
+        tokens ``held`` (``window_start``: the first position its window layers hold, as
+        ``saved_window_start`` said when it was saved)."""
+        cdef vector[int32_t] h = _tokens(held), toks = _tokens(prompt)
+        return self._kept(h.data(), h.size(), window_start, toks.data(), toks.size())
+
+    def saved_window_start(self, int seq) -> int:
+        """The first position whose cells a state of ``seq`` saved now holds in the sliding-
+        window layers (llama.cpp writes only the window of the last position); 0 without."""
+        if self.n_swa == 0:
+            return 0
+        cdef int p0 = self.ctx.pos_min_c(seq), p1 = self.ctx.pos_max_c(seq)
+        return max(p0, p1 - self.n_swa + 1) if p1 >= 0 else 0
+
     def leave(self, int seq, *, bint keep=False):
         """End the request on ``seq`` (finished or not); its results stay readable until the
         slot is joined again. ``keep``: keep its KV for a later request's prefix reuse."""
@@ -224,14 +279,6 @@ cdef class Controller:
             self.ctx.seq_rm_c(s.id, -1, -1)
             s.mem.clear()
             s.n_past = 0
-
-    def common_prefix(self, int seq, prompt) -> int:
-        """Length of the common prefix of ``prompt`` and the tokens slot ``seq`` holds."""
-        cdef _Seq s = self._seq(seq)
-        cdef int c = 0, n = min(len(prompt), <int>s.mem.size())
-        while c < n and s.mem[c] == prompt[c]:
-            c += 1
-        return c
 
     def save_held(self, int seq) -> bytes:
         """The target's state of the tokens free slot ``seq`` holds (``held(seq)``), for a
@@ -367,7 +414,7 @@ cdef class Controller:
             k_cap = min(k_want,
                         s.out.max_tokens - s.out.n_tokens,
                         self.n_ctx_seq - s.n_past - 1,
-                        self.ctx.n_batch - rows - 1)
+                        self.max_rows - rows - 1)
             if self.rs_cap >= 0:
                 k_cap = min(k_cap, self.rs_cap)
             lap(&self.clock, T_CONTROL)
@@ -495,9 +542,9 @@ cdef class Controller:
             rows = max(rows, s.k + 1)
         for s in in_batch:
             s.n_pad = rows - s.k - 1
-        if rows * len(in_batch) > self.ctx.n_batch:
+        if rows * len(in_batch) > self.max_rows:
             raise RuntimeError(f"exact mode needs n_batch >= {rows * len(in_batch)} for this "
-                               f"round (have {self.ctx.n_batch})")
+                               f"round (have {self.max_rows})")
         return 0
 
     cdef int _save_checkpoints(self) except -1:
@@ -772,6 +819,14 @@ cdef class Controller:
                       self.n_draft_rounds, self.n_filler, self.n_redecode, self.n_drafted,
                       self.n_accepted, self.drafted_at, self.accepted_at, self.t_prompt,
                       self.t_gen, self.clock.part)
+
+
+cdef vector[int32_t] _tokens(seq):
+    cdef vector[int32_t] v
+    v.reserve(len(seq))
+    for t in seq:
+        v.push_back(t)
+    return v
 
 
 cdef dict _stats(int64_t n_prompt, int64_t n_decoded, int64_t n_gen, int n_seqs, int64_t rounds,

@@ -78,6 +78,8 @@ cdef class Context:
     cdef readonly int invariant_rows     # batches known batch-invariant up to this many rows:
                                          # -1 any (CPU only), 0 not yet checked (a GPU, RPC)
     cdef readonly list backends          # names of the backends computing its rows (str)
+    cdef readonly bint swa_full          # sliding-window layers keep every position, not a window
+    cdef readonly bint kv_unified        # one KV stream for all sequences (else one each)
     cdef int _mtp_hidden        # hidden states for MTP (llama.cpp: nextn): 0 off, 1 masked, 2 dense
     cdef int _n_embd_in         # row width of embd input for this context type
     cdef int _last_n_tokens
@@ -120,6 +122,7 @@ cdef class Context:
     cdef int encode_c(self, Batch batch) except -1
     cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil
+    cdef llama_pos pos_min_c(self, llama_seq_id seq) noexcept nogil
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1
     cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1
 

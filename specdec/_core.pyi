@@ -139,6 +139,8 @@ class Context:
     other: Optional["Context"]
     causal_attn: bool
     backends: List[str]
+    swa_full: bool
+    kv_unified: bool
     def __init__(self, model: Model, *, n_ctx: int = 4096, n_batch: int = 512,
                  n_ubatch: Optional[int] = None, n_threads: Optional[int] = None,
                  n_threads_batch: Optional[int] = None, n_seq_max: int = 1,

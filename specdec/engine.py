@@ -372,14 +372,14 @@ class Engine:
                 self._end(slot, state, "timeout")
 
     def _pick_slot(self, prompt: List[int], reuse: bool) -> int:
-        """The free slot holding the longest prefix of ``prompt`` (else the least recently
-        used one, so the others keep their prefixes for longer)."""
+        """The free slot of which a join of ``prompt`` keeps the most (else the least
+        recently used one, so the others keep their prefixes for longer)."""
         free = [s for s in self._recent if s not in self._running]
         if not reuse:
             return free[0]
         best, best_n = free[0], 0
         for s in free:
-            n = self._ctl.common_prefix(s, prompt)
+            n = self._ctl.reusable(s, prompt)
             if n > best_n:
                 best, best_n = s, n
         return best

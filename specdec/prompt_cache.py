@@ -10,7 +10,9 @@ only the rest. Least recently used states are dropped past the size cap. llama-s
 ``--cache-ram`` does the same for its slots.
 
 Recurrent and hybrid targets hold their state at the end of the tokens only: a saved state
-serves a prompt it is a strict prefix of, and saved states are never trimmed.
+serves a prompt it is a strict prefix of, and saved states are never trimmed. A state of a
+model with sliding-window layers holds only the window of its last position: it serves a
+prompt that leaves it within that window. ``Controller.kept_prefix`` says what a join keeps.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ def _common(a: np.ndarray, b: np.ndarray) -> int:
 class _Entry:
     tokens: np.ndarray
     state: bytes
+    window_start: int     # the first position its sliding-window layers hold
 
 
 class PromptCache:
@@ -60,13 +63,6 @@ class PromptCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def _usable(self, held: np.ndarray, prompt: np.ndarray) -> int:
-        """Prompt tokens a join keeps of ``held`` (what ``Controller.join`` reuses)."""
-        c = _common(held, prompt)
-        if self.recurrent:
-            return c if c == len(held) < len(prompt) else 0
-        return c
-
     def prepare(self, ctl: Any, slot: int, prompt: Sequence[int]) -> int:
         """Before ``ctl.join(slot, prompt, reuse=True)``: save what free ``slot`` holds if
         the join would lose some of it, then restore the saved state that gives the join
@@ -75,14 +71,16 @@ class PromptCache:
             return 0
         p = np.asarray(prompt, dtype=np.int32)
         held = np.asarray(ctl.held(slot), dtype=np.int32)
-        own = self._usable(held, p) if len(held) else 0
+        own = ctl.reusable(slot, prompt)
         best: Optional[int] = None
         best_n = own
         for key, e in self._entries.items():
-            n = self._usable(e.tokens, p)
-            if n > best_n:
-                best, best_n = key, n
-        if own < len(held):
+            # a state that leaves the prompt before the slot's own does serves nothing more
+            if _common(e.tokens, p) > best_n:
+                n = ctl.kept_prefix(e.tokens, p, e.window_start)
+                if n > best_n:
+                    best, best_n = key, n
+        if own < len(held) and not np.array_equal(held, p):    # the join loses some of it
             self._save(ctl, slot, held, keep=best)
         if best is None:
             return 0
@@ -99,23 +97,27 @@ class PromptCache:
         ``keep``, the one about to be restored)."""
         if len(held) < self.min_tokens:
             return
+        # a state holds every position of its tokens (attention KV without a window): a
+        # longer one serves every prompt a shorter one does
+        whole = not self.recurrent and ctl.n_swa == 0
         for key, e in self._entries.items():
-            # held already (attention KV: it, or more; a recurrent state: it exactly)
-            if (len(e.tokens) == len(held) or (len(e.tokens) > len(held) and not self.recurrent)
+            # held already (it, or more when states hold every position)
+            if (len(e.tokens) == len(held) or (len(e.tokens) > len(held) and whole)
                     ) and _common(e.tokens, held) == len(held):
                 self._entries.move_to_end(key)
                 return
+        start = ctl.saved_window_start(slot)
         state = ctl.save_held(slot)
         kept = len(self._entries[keep].state) if keep is not None else 0
         if not state or kept + len(state) > self.max_bytes:
             return
-        if not self.recurrent:      # a saved prefix of ``held`` serves nothing it does not
+        if whole:                   # a saved prefix of ``held`` serves nothing it does not
             for key in [k for k, e in self._entries.items() if k != keep and
                         len(e.tokens) < len(held) and _common(e.tokens, held) == len(e.tokens)]:
                 self._drop(key)
         while self.n_bytes + len(state) > self.max_bytes:
             self._drop(next(k for k in self._entries if k != keep))
-        self._entries[self._next] = _Entry(held.copy(), state)
+        self._entries[self._next] = _Entry(held.copy(), state, start)
         self._next += 1
         self.n_bytes += len(state)
 

@@ -40,6 +40,12 @@ def tiny_dense_path(model_cache) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_gemma3_path(model_cache) -> str:
+    from specdec.testing import write_tiny_gemma3
+    return _cached(model_cache, "tiny-gemma3.gguf", write_tiny_gemma3)
+
+
+@pytest.fixture(scope="session")
 def tiny_mamba2_path(model_cache) -> str:
     from specdec.testing import write_tiny_mamba2
     return _cached(model_cache, "tiny-mamba2.gguf", lambda p: write_tiny_mamba2(p, seed=1))

@@ -1,7 +1,8 @@
 """Synthetic GGUF models for tests and benchmarks, so nothing has to be downloaded.
 
 write_tiny_qwen35 / write_tiny_dense / write_tiny_mamba2 / write_tiny_qwen3next /
-write_tiny_rwkv7 give random-weight models (shape and API coverage); write_bigram_mtp_model
+write_tiny_rwkv7 / write_tiny_gemma3 (sliding-window attention) give random-weight models
+(shape and API coverage); write_bigram_mtp_model
 gives qwen35(moe) and qwen3next models whose greedy output
 and MTP acceptance are known, with bigram_successor / mtp_draft_accuracy as
 numpy references; write_eagle3_draft gives EAGLE-3 drafts of those targets with a
@@ -20,6 +21,7 @@ from specdec.testing.dflash import dflash_drafts, write_dflash_draft
 from specdec.testing.eagle3 import eagle3_draft_accuracy, write_eagle3_draft
 from specdec.testing.tiny import (
     write_tiny_dense,
+    write_tiny_gemma3,
     write_tiny_mamba2,
     write_tiny_qwen3next,
     write_tiny_qwen35,
@@ -35,6 +37,7 @@ __all__ = [
     "write_dflash_draft",
     "write_eagle3_draft",
     "write_tiny_dense",
+    "write_tiny_gemma3",
     "write_tiny_mamba2",
     "write_tiny_qwen3next",
     "write_tiny_qwen35",

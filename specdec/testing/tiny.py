@@ -442,6 +442,90 @@ def write_tiny_dense(
                         n_vocab=d.n_vocab, seed=seed, dtype=dtype, name="tiny-dense")
 
 
+@dataclasses.dataclass(frozen=True)
+class Gemma3Dims:
+    """Hyperparameters of a gemma3 model with sliding-window attention: every ``swa_pattern``-th
+    layer attends globally, the others over the last ``n_swa`` positions."""
+
+    n_vocab: int = 256
+    n_embd: int = 64
+    n_layer: int = 3
+    n_head: int = 4
+    n_head_kv: int = 1
+    head_dim: int = 16
+    n_ff: int = 128
+    n_swa: int = 32
+    swa_pattern: int = 3
+    n_ctx_train: int = 8192
+
+
+def gemma3_layout(d: Gemma3Dims) -> dict[str, Shape]:
+    """Tensor names and ggml shapes created by llama_model_gemma3::load_arch_tensors (the
+    output head tied to the embeddings)."""
+    t = embeddings_and_head(d.n_embd, d.n_vocab)
+    q, kv = d.head_dim * d.n_head, d.head_dim * d.n_head_kv
+    for il in range(d.n_layer):
+        p = f"blk.{il}."
+        t[p + "attn_norm.weight"] = (d.n_embd,)
+        t[p + "attn_q.weight"] = (d.n_embd, q)
+        t[p + "attn_k.weight"] = (d.n_embd, kv)
+        t[p + "attn_v.weight"] = (d.n_embd, kv)
+        t[p + "attn_output.weight"] = (q, d.n_embd)
+        t[p + "post_attention_norm.weight"] = (d.n_embd,)
+        t[p + "attn_k_norm.weight"] = (d.head_dim,)
+        t[p + "attn_q_norm.weight"] = (d.head_dim,)
+        t[p + "ffn_norm.weight"] = (d.n_embd,)
+        t[p + "ffn_gate.weight"] = (d.n_embd, d.n_ff)
+        t[p + "ffn_up.weight"] = (d.n_embd, d.n_ff)
+        t[p + "ffn_down.weight"] = (d.n_ff, d.n_embd)
+        t[p + "post_ffw_norm.weight"] = (d.n_embd,)
+    return t
+
+
+def add_gemma3_kv(w: gguf.GGUFWriter, d: Gemma3Dims) -> None:
+    """Keys llama_model_gemma3::load_arch_hparams and the generic loader read."""
+    w.add_context_length(d.n_ctx_train)
+    w.add_embedding_length(d.n_embd)
+    w.add_block_count(d.n_layer)
+    w.add_feed_forward_length(d.n_ff)
+    w.add_head_count(d.n_head)
+    w.add_head_count_kv(d.n_head_kv)
+    w.add_key_length(d.head_dim)
+    w.add_value_length(d.head_dim)
+    w.add_layer_norm_rms_eps(RMS_EPS)
+    w.add_rope_freq_base(10_000.0)
+    w.add_sliding_window(d.n_swa)
+    w.add_sliding_window_pattern(d.swa_pattern)
+
+
+def write_tiny_gemma3(
+    path: str | os.PathLike[str],
+    *,
+    seed: int = 0,
+    dtype: str = "f32",
+    dims: Gemma3Dims | None = None,
+) -> Path:
+    """Random gemma3 with a short sliding window (3 layers, the last global; window 32):
+    what llama.cpp's windowed KV cache (``swa_full=False``) keeps or loses shows in its
+    output within a few dozen tokens. gemma3 scales the embeddings by sqrt(n_embd): they
+    are drawn that much smaller, so that attention moves the residual as much as the
+    current token does and the output depends on the context."""
+    d = dims or Gemma3Dims()
+    rand = RandomFill(seed)
+
+    def fill(name: str, ne: Shape) -> np.ndarray:
+        if name == "token_embd.weight":
+            return rand.normal(ne, 1.0 / np.sqrt(d.n_embd))
+        return rand(name, ne)
+
+    def add_kv(w: gguf.GGUFWriter) -> None:
+        add_gemma3_kv(w, d)
+        add_test_tokenizer(w, d.n_vocab)
+
+    return write_gguf(path, "gemma3", gemma3_layout(d), fill, add_kv, dtype=dtype,
+                      name="tiny-gemma3")
+
+
 def write_random(
     path: str | os.PathLike[str],
     arch: str,
