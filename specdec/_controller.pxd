@@ -4,7 +4,7 @@ from libcpp.vector cimport vector
 
 from ._core cimport Model, Context, Batch
 from ._sampling cimport SamplingParams, Rng
-from ._policy cimport DraftPolicy
+from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, N_PARTS
 from ._output cimport TextOutput
 from ._verify cimport Verifier
@@ -68,6 +68,7 @@ cdef class Controller:
     cdef bint ckpt           # roll back by state checkpoints (recurrent without n_rollback)
     cdef uint32_t ckpt_flags
     cdef Verifier verifier
+    cdef BatchCost batch_cost    # each sequence's part of a verify batch's time, for its policy
     cdef Clock clock
     cdef double t_sync       # of the last _propose: drafters catching up, not drafting
     cdef vector[int32_t] scratch

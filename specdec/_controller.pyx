@@ -34,7 +34,7 @@ from libcpp.vector cimport vector
 from ._core cimport Model, Context, Batch
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, Rng, argmax
-from ._policy cimport DraftPolicy
+from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
 from ._verify cimport Verifier
@@ -122,6 +122,7 @@ cdef class Controller:
         self.isolate = isolate
         self.errors = {}
         self.verifier = Verifier(ctx)
+        self.batch_cost = BatchCost()
         self.verifier.clock = &self.clock
         stops = [stop] if isinstance(stop, (str, bytes)) else list(stop)
         self.defaults = dict(
@@ -470,9 +471,12 @@ cdef class Controller:
             self._shared_head(in_batch)
             t_dec += lap(&self.clock, T_HEAD)
         self.n_rounds += 1
+        cdef int n_in = len(in_batch), n_rows = self.batch.b.n_tokens
+        if n_in > 1:
+            self.batch_cost.observe(n_rows, t_dec)
         for s in in_batch:
             s.rounds += 1
-            self._verify(s, t_dec)
+            self._verify(s, self.batch_cost.share(t_dec, n_rows, n_in, s.k + 1 + s.n_pad))
         if self.ckpt:
             self._redecode()
         for s in in_batch:

@@ -46,3 +46,10 @@ cdef class DraftPolicy:
     cdef void observe_round(self, double predicted_tokens, double predicted_time, int tokens,
                             double t) noexcept
     cdef void observe_draft_time(self, int cap, double t) noexcept
+
+
+cdef class BatchCost:
+    cdef double n, s_r, s_rr, s_t, s_rt    # decayed sums over batches: count, rows, rows^2, time, rows*time
+    cpdef void observe(self, int rows, double t)
+    cpdef double share(self, double t, int rows, int n_seqs, int rows_seq)
+    cdef void _line(self, double * a, double * b) noexcept

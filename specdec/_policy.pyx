@@ -379,3 +379,47 @@ cdef class DraftPolicy:
                                if self.cal_tokens_predicted else 1.0),
                 "cal_time": (self.cal_time / self.cal_time_predicted
                              if self.cal_time_predicted else 1.0)}
+
+
+cdef class BatchCost:
+    """What each sequence of a verify batch pays of its time, for its draft-length policy.
+
+    A decode costs a part that does not grow with its rows (weights read once, threads
+    started) and a part per row. Charged the whole batch, a sequence's drafts would look
+    free (the batch costs about the same whatever one sequence adds); charged its rows'
+    fraction, they would look dear (each row then costs a single decode's share). Each
+    sequence pays an equal part of the fixed cost and its rows' part of the rest, from a
+    line ``T(R) = a + b R`` fitted (decayed least squares) to the batches' times by row
+    count; until the row counts vary, half and half. The shares add up to the batch's time.
+    """
+
+    def __init__(self):
+        self.n = self.s_r = self.s_rr = self.s_t = self.s_rt = 0.0
+
+    cpdef void observe(self, int rows, double t):
+        """A batch of ``rows`` rows took ``t`` seconds."""
+        if rows <= 0 or t <= 0.0:
+            return
+        self.n = DECAY * self.n + 1.0
+        self.s_r = DECAY * self.s_r + rows
+        self.s_rr = DECAY * self.s_rr + <double>rows * rows
+        self.s_t = DECAY * self.s_t + t
+        self.s_rt = DECAY * self.s_rt + rows * t
+
+    cdef void _line(self, double * a, double * b) noexcept:
+        cdef double mr = self.s_r / self.n, mt = self.s_t / self.n
+        cdef double var = self.s_rr / self.n - mr * mr
+        b[0] = 0.5 * mt / mr
+        if self.n >= 4.0 and var > 0.25:
+            b[0] = min(max((self.s_rt / self.n - mr * mt) / var, 0.0), mt / mr)
+        a[0] = mt - b[0] * mr
+
+    cpdef double share(self, double t, int rows, int n_seqs, int rows_seq):
+        """The part of a batch's time ``t`` (``rows`` rows, ``n_seqs`` sequences) a sequence
+        with ``rows_seq`` of the rows pays."""
+        if n_seqs <= 1 or rows <= 0:
+            return t
+        cdef double a = rows, b = 1.0     # half and half before any batch was measured
+        if self.n > 0.0:
+            self._line(&a, &b)
+        return t * (a / n_seqs + b * rows_seq) / (a + b * rows)
