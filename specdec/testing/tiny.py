@@ -443,57 +443,35 @@ def write_tiny_dense(
 
 
 @dataclasses.dataclass(frozen=True)
-class Gemma3Dims:
+class Gemma3Dims(LlamaDims):
     """Hyperparameters of a gemma3 model with sliding-window attention: every ``swa_pattern``-th
     layer attends globally, the others over the last ``n_swa`` positions."""
 
-    n_vocab: int = 256
-    n_embd: int = 64
     n_layer: int = 3
-    n_head: int = 4
     n_head_kv: int = 1
-    head_dim: int = 16
-    n_ff: int = 128
     n_swa: int = 32
     swa_pattern: int = 3
     n_ctx_train: int = 8192
 
 
 def gemma3_layout(d: Gemma3Dims) -> dict[str, Shape]:
-    """Tensor names and ggml shapes created by llama_model_gemma3::load_arch_tensors (the
-    output head tied to the embeddings)."""
-    t = embeddings_and_head(d.n_embd, d.n_vocab)
-    q, kv = d.head_dim * d.n_head, d.head_dim * d.n_head_kv
+    """Tensor names and ggml shapes created by llama_model_gemma3::load_arch_tensors: llama's,
+    with norms after attention and FFN and on the query and key heads."""
+    t = llama_layout(d)
     for il in range(d.n_layer):
         p = f"blk.{il}."
-        t[p + "attn_norm.weight"] = (d.n_embd,)
-        t[p + "attn_q.weight"] = (d.n_embd, q)
-        t[p + "attn_k.weight"] = (d.n_embd, kv)
-        t[p + "attn_v.weight"] = (d.n_embd, kv)
-        t[p + "attn_output.weight"] = (q, d.n_embd)
         t[p + "post_attention_norm.weight"] = (d.n_embd,)
         t[p + "attn_k_norm.weight"] = (d.head_dim,)
         t[p + "attn_q_norm.weight"] = (d.head_dim,)
-        t[p + "ffn_norm.weight"] = (d.n_embd,)
-        t[p + "ffn_gate.weight"] = (d.n_embd, d.n_ff)
-        t[p + "ffn_up.weight"] = (d.n_embd, d.n_ff)
-        t[p + "ffn_down.weight"] = (d.n_ff, d.n_embd)
         t[p + "post_ffw_norm.weight"] = (d.n_embd,)
     return t
 
 
 def add_gemma3_kv(w: gguf.GGUFWriter, d: Gemma3Dims) -> None:
     """Keys llama_model_gemma3::load_arch_hparams and the generic loader read."""
-    w.add_context_length(d.n_ctx_train)
-    w.add_embedding_length(d.n_embd)
-    w.add_block_count(d.n_layer)
-    w.add_feed_forward_length(d.n_ff)
-    w.add_head_count(d.n_head)
-    w.add_head_count_kv(d.n_head_kv)
+    add_llama_kv(w, d)
     w.add_key_length(d.head_dim)
     w.add_value_length(d.head_dim)
-    w.add_layer_norm_rms_eps(RMS_EPS)
-    w.add_rope_freq_base(10_000.0)
     w.add_sliding_window(d.n_swa)
     w.add_sliding_window_pattern(d.swa_pattern)
 
