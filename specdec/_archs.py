@@ -40,10 +40,10 @@ PARTIAL_ROLLBACK_ARCHS = frozenset({
     "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3",
 })
 
-#: archs whose target graph computes the MTP hidden rows (llama.cpp: h_nextn) before
-#: result_norm, where the lazy LM head stops the graph: lazy logits and MTP hidden states
-#: go together on these only
-LAZY_MTP_ARCHS = frozenset({"qwen35", "qwen35moe"})
+#: archs whose graph computes the MTP hidden rows (llama.cpp: h_nextn) before result_norm,
+#: where the lazy LM head stops the graph: lazy logits and MTP hidden states go together on
+#: these only (eagle3: its decoder's pre-norm state, which the next draft step reads)
+LAZY_MTP_ARCHS = frozenset({"qwen35", "qwen35moe", "eagle3"})
 
 #: archs whose MTP graph keeps only the output rows before its hidden state (h_nextn): an
 #: MTP context of theirs reads hidden rows masked (one per output row); dense reading, one

@@ -600,6 +600,8 @@ cdef class Context:
         cdef llama_batch eb = batch.b
         eb.token = NULL     # features only
         cdef int32_t rc = 0
+        self._head.active = False   # the encoder graph has no LM head to stop at
+        self._lazy = False
         self._enter()
         try:
             with nogil:

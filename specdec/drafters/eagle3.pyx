@@ -111,9 +111,12 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         self.lids = list(layers)
         target.set_layer_inputs(self.layers)
         cdef int cap = target.n_batch + 1
+        # lazy head: the decoder's LM head runs over every row of a batch (catch-up rows
+        # included); the drafter reads the last row's logits only
         self.draft_ctx = Context(dm, n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
                                  n_threads=self.n_threads or target.n_threads,
-                                 mtp_hidden="dense", other=target)
+                                 mtp_hidden="dense", other=target,
+                                 lazy_logits=dm.placement.n_gpu_layers == 0)
         if self.draft_ctx.n_ctx_seq < target.n_ctx_seq:
             raise ValueError(f"the draft context holds {self.draft_ctx.n_ctx_seq} positions per "
                              f"sequence, the target {target.n_ctx_seq}")
