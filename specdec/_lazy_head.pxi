@@ -33,7 +33,9 @@ cdef int _lazy_head_finish(sd_lm_head * h, int n_outputs, int n_vocab) except -1
         h.why = b"the output weight's rows are not the vocabulary"
     if not h.active:
         return 0
-    if h.captured and h.n_rows == n_outputs:
+    # (a decode without outputs has nothing to read, whatever rows its norm had: the eagle3
+    # decoder does not prune its rows to the outputs)
+    if h.captured and (h.n_rows == n_outputs or n_outputs == 0):
         sd_lm_head_end(h)
         return 1
     h.state = -1

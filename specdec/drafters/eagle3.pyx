@@ -14,9 +14,11 @@ of them). The target context keeps those layers' inputs for every row it decodes
 So the pair of the newest committed position waits for the next token, which only the
 target's next sample gives (the "deferred boundary" of llama.cpp). Per round and sequence:
 
-* ``observe`` encodes the committed rows' features (one encoder call) and queues the pairs
-  they complete; the last row's ``g`` is kept as the deferred one;
-* ``propose`` decodes the queue together with the seed pair (``last``, deferred ``g``),
+* ``observe`` copies the committed rows' features and holds them (the target's rows are
+  valid until its next decode only): a round that does not draft runs no encoder;
+* ``propose`` encodes the held rows (one encoder call), which completes their pairs and
+  gives the deferred ``g``; then it decodes the queue together with the seed pair (``last``,
+  deferred ``g``),
   every row marked an output (llama.cpp's eagle3 decoder computes all rows' logits and
   hands out the first ``n_outputs``, so a batch mixing output and non-output rows would
   misalign them), then the draft steps, one row each, taking the argmax;
@@ -60,7 +62,11 @@ cdef class Eagle3Drafter(TargetFedDrafter):
     cdef int n_vocab_draft
     cdef vector[float] zeros             # the features of a row the target did not hand out
     cdef vector[float] h                 # the draft step's pre-norm state
+    cdef vector[vector[float]] feat      # per seq: held feature rows (3 target rows each)
+    cdef vector[int32_t] n_feat          # per seq: rows held
+    cdef vector[int32_t] feat_p0         # per seq: position of the first row held
     cdef int64_t n_encodes
+    cdef double t_encode                 # seconds spent in encoder calls
 
     def __init__(self, path=None, *, p_min=None, n_threads=None, n_gpu_layers=None,
                  name="eagle3"):
@@ -126,59 +132,100 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         self.enc = Batch(self.draft_ctx.n_ubatch, n_embd=3 * self.n_embd_tgt, n_seq_max=n_seq)
         self.zeros.assign(self.n_embd_tgt, 0.0)
         self.h.assign(self.n_embd, 0.0)
+        self.feat.assign(n_seq, vector[float]())
+        self.n_feat.assign(n_seq, 0)
+        self.feat_p0.assign(n_seq, 0)
         self.n_encodes = 0
+        self.t_encode = 0.0
         return 0
 
     # --- hooks (the queue of catch-up pairs: TargetFedDrafter) ------------------------
 
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1:
-        """Encode the features of the committed rows; queue the pairs they complete."""
+        """Hold the features of the committed rows (``propose`` encodes them)."""
         self._check_bound(seq)
         if n <= 0:
             return 0
         cdef int p0 = <int>self.hist(seq).size() - n   # positions of toks: p0 .. p0+n-1
-        cdef int i = 0, j, k, c0, m, pe
-        cdef int E = self.n_embd_tgt, G = self.n_embd
+        cdef int i = 0, j, k
+        cdef int E = self.n_embd_tgt
         cdef Context t = self._target
-        cdef Context dc = self.draft_ctx
         cdef const float * src
-        cdef const float * g
         cdef float * dst
-        # the pair of p0 - 1 is (toks[0], pend): in the KV already when the seed of the last
-        # propose was exactly that
+        # the pair of p0 - 1 is (toks[0], g_{p0-1}): in the KV already when the seed of the
+        # last propose was exactly that; completed when its row is encoded if it is held
         if p0 > 0:
             i = self._seed_kept(seq, p0 - 1, toks[0])
-        if i == 0 and p0 > 0:
+        if i == 0 and p0 > 0 and self.n_feat[seq] == 0:
             self._queue(toks[0], p0 - 1, seq, self.pend[seq].data())
-        # encode the rows in chunks; pair (toks[j+1], g_j) at p0+j, the last g deferred.
-        # The encoder ignores positions, but llama.cpp checks them against the sequence's
-        # memory: they continue it, as llama.cpp's recipe does
-        c0 = 0
+        if self.n_feat[seq] == 0:
+            self.feat_p0[seq] = p0
+        elif self.feat_p0[seq] + self.n_feat[seq] != p0:
+            raise RuntimeError(f"the EAGLE-3 features of sequence {seq} end at "
+                               f"{self.feat_p0[seq] + self.n_feat[seq]}, the tokens start at {p0}")
+        for j in range(n):
+            if self.n_feat[seq] == self.enc.capacity:
+                self._encode_held(seq)
+                self.feat_p0[seq] = p0 + j
+            k = self.n_feat[seq]
+            if <size_t>(k + 1) * 3 * E > self.feat[seq].size():
+                self.feat[seq].resize(<size_t>(2 * k + 2) * 3 * E)
+            dst = self.feat[seq].data() + <size_t>k * 3 * E
+            for i in range(3):
+                src = t.layer_inp_c(self.lids[i], row0 + j) if row0 >= 0 else NULL
+                memcpy(dst + i * E, src if src != NULL else self.zeros.data(), E * sizeof(float))
+            self.n_feat[seq] = k + 1
+        self.n_sync[seq] = p0 + n - 1
+        self.kept_tok[seq] = -1
+        return 0
+
+    cdef int _encode_held(self, int seq) except -1:
+        """Encode the held feature rows of ``seq`` (one encoder call per ``enc.capacity``
+        rows): each ``g_P`` completes the pair (``x_{P+1}``, ``g_P``) at ``P``, and the newest
+        committed position's becomes the deferred one. The encoder ignores positions, but
+        llama.cpp checks them against the sequence's memory: they continue it, as llama.cpp's
+        recipe does."""
+        cdef int n = self.n_feat[seq], P0 = self.feat_p0[seq], c0 = 0, m, j, P
+        cdef int E3 = 3 * self.n_embd_tgt, pe
+        cdef vector[int32_t] * h = self.hist(seq)
+        cdef int L = h.size()
+        cdef Context dc = self.draft_ctx
+        cdef const float * g
+        cdef double t0
         while c0 < n:
             m = min(n - c0, self.enc.capacity)
             self.enc.clear_c()
             pe = dc.pos_max_c(seq) + 1
             for j in range(m):
                 self.enc.add_c(0, pe + j, seq, True)
-                dst = self.enc.b.embd + <size_t>j * 3 * E
-                for k in range(3):
-                    src = t.layer_inp_c(self.lids[k], row0 + c0 + j) if row0 >= 0 else NULL
-                    memcpy(dst + k * E, src if src != NULL else self.zeros.data(),
-                           E * sizeof(float))
+            memcpy(self.enc.b.embd, self.feat[seq].data() + <size_t>c0 * E3,
+                   <size_t>m * E3 * sizeof(float))
+            t0 = now()
             dc.encode_c(self.enc)
+            self.t_encode += now() - t0
             self.n_encodes += 1
             for j in range(m):
                 g = dc.mtp_hidden_c(j)
                 if g == NULL:
                     raise RuntimeError("the EAGLE-3 encoder gave no output row")
-                if c0 + j + 1 < n:
-                    self._queue(toks[c0 + j + 1], p0 + c0 + j, seq, g)
+                P = P0 + c0 + j
+                if P + 1 < L:
+                    self._queue(h[0][P + 1], P, seq, g)
                 else:
-                    memcpy(self.pend[seq].data(), g, G * sizeof(float))
+                    memcpy(self.pend[seq].data(), g, self.n_embd * sizeof(float))
             c0 += m
-        self.n_sync[seq] = p0 + n - 1
-        self.kept_tok[seq] = -1
+        self.n_feat[seq] = 0
         return 0
+
+    cdef int _forget(self, int seq) except -1:
+        TargetFedDrafter._forget(self, seq)
+        self.n_feat[seq] = 0
+        return 0
+
+    cdef int _trim(self, int seq, int keep) except -1:
+        if self.n_sync[seq] > keep:
+            self._encode_held(seq)
+        return TargetFedDrafter._trim(self, seq, keep)
 
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         self._check_bound(seq)
@@ -186,6 +233,21 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         if n_max <= 0 or L == 0:
             return 0
         self._sync_at(seq, L - 1)
+        # a round holds at most n_max + 1 rows per sequence (the configured n_max: this
+        # call's cap may be shorter); more means rounds went by without drafts (or a prompt
+        # came in): that catch-up runs on its own, so the time of the draft steps stays a
+        # measure of drafting for the adaptive policy
+        cdef int most = <int>self.n_sync.size() * (max(n_max, self.n_max) + 1)
+        cdef double t0 = now()
+        if self.n_feat[seq] > max(n_max, self.n_max) + 1:
+            self._encode_held(seq)
+            self._flush()
+            self.t_sync = now() - t0
+        self._encode_held(seq)
+        if self.batch.b.n_tokens > most:
+            t0 = now()
+            self._flush()
+            self.t_sync += now() - t0
         # the queued catch-up goes with the seed pair, every row an output: llama.cpp's eagle3
         # decoder computes every row's logits anyway and hands out the first n_outputs rows,
         # so only an all-output batch keeps rows and outputs aligned
@@ -198,7 +260,6 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         cdef const float * g = self.pend[seq].data()
         cdef const float * lg
         cdef const float * hh
-        cdef double t0
         for i in range(n_max):
             if L - 1 + i >= n_ctx_seq:
                 break
@@ -235,4 +296,4 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         """Draft decodes and encodes run, and catch-up pairs queued (since bind)."""
         return {"decodes": self.n_decodes, "encodes": self.n_encodes,
                 "catchup_rows": self.n_catchup, "flushes": self.n_flushes,
-                "t_decode_s": self.t_decode}
+                "t_decode_s": self.t_decode, "t_encode_s": self.t_encode}
