@@ -384,6 +384,7 @@ cdef class Controller:
         for i in range(s.n_drafters):
             d = <Drafter> s.drafters[i]
             d.t_sync = 0.0
+            d.p_stop = s.policy.p_stop()
             d.propose_c(s.id, s.last, k_cap, s.draft)
             self.t_sync += d.t_sync
             if <int>s.draft.tokens.size() > k_cap:

@@ -40,6 +40,7 @@ cdef class DraftPolicy:
     cdef int _probe_cap(self) noexcept
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept
+    cdef double p_stop(self) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
     cdef double _calibration(self) noexcept
     cdef void _predict(self, int k, double t_drafted) noexcept

@@ -24,6 +24,10 @@ estimates would decide, and each wrong choice costs); after the
 drafter answered it verifies the prefix ``k`` with the best
 ``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
 
+Within the cap, a drafter that knows its draft's probability (a model's softmax) stops
+where one more token is not worth its draft step (``p_stop``): the draft's confidence tells
+a likely miss apart far better than the per-position rates can.
+
 Every measured time is kept with the plain-round time of its moment and scaled by
 how much plain rounds have slowed or sped up since: on a shared machine the load
 drifts, and a length measured long ago must not look cheap next to a plain round
@@ -57,6 +61,7 @@ DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF PLAIN_EVERY = 64
 DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
+DEF P_STOP_MAX = 0.5      # the confidence floor of p_stop never goes above this
 
 
 cdef inline double _weight(double n) noexcept:
@@ -306,6 +311,21 @@ cdef class DraftPolicy:
         self._predict(best, t_drafted)
         return best
 
+    cdef double p_stop(self) noexcept:
+        """The draft probability below which a drafter that knows its own (a model's
+        softmax) should stop this round's draft: one more draft token, right with about
+        that probability, must be worth its draft step at the token rate the cap promises,
+        ``p >= (td(c) / c) / ((td(c) + tv(c)) / E(c))``. 0 for a fixed length, while the cap's
+        draft time is unmeasured, or when no draft is asked; at most ``P_STOP_MAX``, so
+        noisy estimates never stop a drafter at its surest guesses."""
+        cdef int c = self.last_cap
+        if not self.adaptive or c <= 0 or self.n_draft_cap[c] == 0:
+            return 0.0
+        cdef double td = self._draft_time(c), t = td + self._verify_time(c)
+        if t <= 0.0:
+            return 0.0
+        return min(P_STOP_MAX, (td / c) * self._expected_tokens(c) / t)
+
     cdef void _predict(self, int k, double t_drafted) noexcept:
         """What the round verifying ``k`` drafts should yield and cost (``predicted_time`` 0
         while that length's verify time is unmeasured: a guess is no base for calibration)."""
@@ -374,6 +394,7 @@ cdef class DraftPolicy:
                 "t_draft_cap": [self._draft_time(i) if self.n_draft_cap[i] > 0 else 0.0
                                 for i in range(self.n_max + 1)],
                 "current": self.current, "cap": self.last_cap, "calibration": self._calibration(),
+                "p_stop": self.p_stop(),
                 # the calibration's parts: drafting rounds' tokens and time, measured / predicted
                 "cal_tokens": (self.cal_tokens / self.cal_tokens_predicted
                                if self.cal_tokens_predicted else 1.0),

@@ -33,6 +33,9 @@ cdef class Drafter:
     cdef public object n_gpu_layers     # a drafter's own model: its layers on devices (has_model)
     cdef readonly int observe_row       # during observe: the batch row of its first token, else -1
     cdef bint _py_begin, _py_observe, _py_propose, _py_accept, _py_reset
+    cdef double p_stop                  # this round: the adaptive policy's confidence floor
+                                        # (drafters that know their draft's probability
+                                        # stop below max(p_min, p_stop); 0: none)
     cdef double t_sync                  # seconds of the last propose_c spent catching up with
                                         # history rather than drafting (the policy leaves it out)
 

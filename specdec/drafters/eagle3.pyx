@@ -280,7 +280,7 @@ cdef class Eagle3Drafter(TargetFedDrafter):
             memcpy(self.h.data(), hh, self.n_embd * sizeof(float))
             g = self.h.data()
             y = argmax(lg, self.n_vocab_draft)
-            if not prob_at_least(lg, self.n_vocab_draft, y, self.p_min):
+            if not prob_at_least(lg, self.n_vocab_draft, y, max(self.p_min, self.p_stop)):
                 break
             out.tokens.push_back(y)
             if tm.is_eog_c(y):
