@@ -24,6 +24,9 @@ cdef class _Seq:
     cdef int n_past          # tokens in the target's memory
     cdef vector[int32_t] mem     # those tokens, by position (prefix reuse compares them)
     cdef int n_prompt, n_decoded  # prompt tokens, and how many of them were decoded (not reused)
+    cdef bint prefilling     # joined, its prompt not all decoded yet (``prefill``)
+    cdef vector[int32_t] prompt  # the prompt while prefilling
+    cdef int n_filled        # prompt tokens in the memory so far
     cdef TextOutput out
     cdef Rng rng
     cdef SamplingParams sp
@@ -84,7 +87,7 @@ cdef class Controller:
     cdef _Seq _seq(self, int seq)
     cdef int _kept(self, const int32_t * held, int n_held, int pos_min, const int32_t * toks,
                    int n) noexcept
-    cdef int _prefill(self, _Seq s, vector[int32_t] & toks, int n0) except -1
+    cdef int _prefill_chunk(self, _Seq s, int budget) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _propose(self, _Seq s, int k_cap) except -1
     cdef int _pad(self, list batch_seqs) except -1

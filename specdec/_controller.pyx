@@ -151,15 +151,16 @@ cdef class Controller:
     def join(self, int seq, prompt, *, int max_tokens, seed=0, float temperature=0.0,
              int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), drafters=None,
              int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
-             bint reuse=False) -> int:
+             bint reuse=False, bint defer=False) -> int:
         """Begin a request on free slot ``seq``: decode its prompt and sample the first token.
 
         ``prompt``: checked token ids. ``drafters``: a subset of the controller's, tried
         in order (None: all of them). ``stop``: checked UTF-8 byte strings. ``logprobs``:
         -1 none, else how many top alternatives to keep per token. ``reuse``: keep the KV
         of the longest prefix the slot still holds (attention-only targets at any point;
-        recurrent/hybrid ones only where the held state ends). Returns the number of
-        prompt tokens decoded.
+        recurrent/hybrid ones only where the held state ends). ``defer``: decode nothing
+        yet; ``prefill`` decodes the prompt a chunk at a time, and rounds leave the
+        sequence out until it is all in. Returns the number of prompt tokens to decode.
         """
         cdef _Seq s = self._seq(seq)
         if s.active:
@@ -213,14 +214,43 @@ cdef class Controller:
             self.ctx.seq_rm_c(s.id, -1, -1)
         s.mem.resize(c)
         s.active = True
+        s.prefilling = True
+        s.prompt = toks
+        s.n_filled = c
+        s.n_prompt = n
+        s.n_decoded = n - c
+        cdef Drafter dr
         try:
-            self._prefill(s, toks, c)
+            for dr in s.drafters:
+                dr.begin_c(s.id, toks.data(), n)
+                if c > 0:
+                    dr.observe_c(s.id, toks.data(), c, -1)
+            s.t_prompt = now() - t0
+            self.t_prompt += s.t_prompt
+            while s.prefilling and not defer:
+                self._prefill_chunk(s, 0)
         except BaseException:
             self.leave(seq)
             raise
-        s.t_prompt = now() - t0
-        self.t_prompt += s.t_prompt
         return n - c
+
+    def prefill(self, int seq, int max_tokens=0) -> bool:
+        """Decode the next chunk (``n_batch`` tokens, or ``max_tokens``) of the prompt of a
+        join with ``defer``; True once it is all in and the first token sampled. A failed
+        decode ends the request (the slot is left) and raises."""
+        cdef _Seq s = self._seq(seq)
+        if not s.active:
+            raise RuntimeError(f"sequence {seq} has no request")
+        if s.prefilling:
+            try:
+                self._prefill_chunk(s, max_tokens)
+            except BaseException:
+                self.leave(seq)
+                raise
+        return not s.prefilling
+
+    def is_prefilling(self, int seq) -> bool:
+        return self._seq(seq).prefilling
 
     cdef int _kept(self, const int32_t * held, int n_held, int pos_min, const int32_t * toks,
                    int n) noexcept:
@@ -274,6 +304,10 @@ cdef class Controller:
         cdef _Seq s = self._seq(seq)
         s.active = False
         s.row0 = -1
+        if s.prefilling:
+            s.prefilling = False
+            s.prompt.clear()
+            keep = False
         if keep and s.out is not None and s.out.finish == CTX_FULL:
             keep = False         # a checkpoint arch may hold a padding row past ``mem``
         if not keep:
@@ -332,38 +366,39 @@ cdef class Controller:
                       policy=d["policy"])
         self.started = self.seqs[:len(prompts)]
 
-    cdef int _prefill(self, _Seq s, vector[int32_t] & toks, int n0) except -1:
-        """Decode ``toks[n0:]`` (``toks[:n0]`` is in the memory already), sample the first token."""
-        cdef int n = toks.size(), i0 = n0, i, m = 0
+    cdef int _prefill_chunk(self, _Seq s, int budget) except -1:
+        """Decode the next chunk of the prompt; after the last one, sample the first token."""
+        cdef double t0 = now()
+        cdef int n = s.prompt.size(), i0 = s.n_filled, i
+        cdef int m = min(self.ctx.n_batch, n - i0)
+        if budget > 0:
+            m = min(m, budget)
+        if self.exact and n - i0 - m == 1 and m > 2:
+            m -= 1      # no 1-token chunk at the end
         cdef Drafter d
+        self.batch.clear_c()
+        for i in range(m):
+            self.batch.add_c(s.prompt[i0 + i], i0 + i, s.id, i0 + i == n - 1)
+        cdef bint pad = self.exact and m == 1
+        if pad:         # a one-token chunk: decode it with a throw-away second row
+            self.batch.add_c(s.prompt[i0], i0 + 1, s.id, False)
+        self.ctx.decode_c(self.batch)
+        if pad:
+            if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
+                raise RuntimeError("could not drop the padding row")
         for d in s.drafters:
-            d.begin_c(s.id, toks.data(), n)
-            if n0 > 0:
-                d.observe_c(s.id, toks.data(), n0, -1)
-        cdef bint pad
-        while i0 < n:
-            m = min(self.ctx.n_batch, n - i0)
-            if self.exact and n - i0 - m == 1 and m > 2:
-                m -= 1      # no 1-token chunk at the end
-            self.batch.clear_c()
-            for i in range(m):
-                self.batch.add_c(toks[i0 + i], i0 + i, s.id, i0 + i == n - 1)
-            pad = self.exact and m == 1
-            if pad:         # a one-token chunk: decode it with a throw-away second row
-                self.batch.add_c(toks[i0], i0 + 1, s.id, False)
-            self.ctx.decode_c(self.batch)
-            if pad:
-                if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
-                    raise RuntimeError("could not drop the padding row")
-            for d in s.drafters:
-                d.observe_c(s.id, toks.data() + i0, m, 0)
-            i0 += m
-        s.mem.assign(toks.begin(), toks.end())
-        s.n_past = n
-        s.n_prompt = n
-        s.n_decoded = n - n0
-        s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
-        self._emit(s, s.last, m - 1)
+            d.observe_c(s.id, s.prompt.data() + i0, m, 0)
+        s.n_filled += m
+        if s.n_filled == n:
+            s.mem.assign(s.prompt.begin(), s.prompt.end())
+            s.n_past = n
+            s.prompt.clear()
+            s.prefilling = False
+            s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
+            self._emit(s, s.last, m - 1)
+        t0 = now() - t0
+        s.t_prompt += t0
+        self.t_prompt += t0
         return 0
 
     # --- the round --------------------------------------------------------------------
@@ -407,7 +442,7 @@ cdef class Controller:
             part0[i] = self.clock.part[i]
         cdef list in_batch = []
         for s in self.seqs:
-            if not s.active or s.out.finish != RUNNING:
+            if not s.active or s.prefilling or s.out.finish != RUNNING:
                 continue
             if s.n_past >= self.n_ctx_seq:
                 s.out.set_finish(CTX_FULL)
@@ -489,7 +524,7 @@ cdef class Controller:
             for i in range(N_PARTS):
                 s.t_part[i] += self.clock.part[i] - part0[i]
         for s in self.seqs:
-            if s.active and s.out.finish == RUNNING:
+            if s.active and not s.prefilling and s.out.finish == RUNNING:
                 alive += 1
         return alive
 

@@ -13,6 +13,9 @@ is shared by every request that uses it: a finished request's text joins the suf
 drafter's corpus and the n-gram cache's dynamic cache (when its slot begins its next
 request), and helps every later request, whichever slot it runs on.
 
+A joining request's prompt is decoded a chunk (``n_batch`` tokens) at a time, with a round of
+the running requests between chunks: a long prompt does not stall the other streams.
+
 A finished request's slot keeps its KV: a later request whose prompt starts with the
 same tokens (the previous turn of a chat, a shared system prompt) takes that slot and
 decodes only the new suffix. A cancelled, timed-out or abandoned request (its handle
@@ -177,6 +180,7 @@ class Engine:
         self._cv = threading.Condition()
         self._queue: Deque[_State] = collections.deque()
         self._running: Dict[int, _State] = {}
+        self._prefilling: Deque[int] = collections.deque()   # slots whose prompt is going in
         self._recent: List[int] = list(range(n_slots))   # free slots, least recently used first
         self._pieces: Dict[int, Pieces] = {}
         self._closed = False
@@ -345,7 +349,8 @@ class Engine:
                 self._drop_finished()
                 for state in joining:
                     self._join(state)
-                if self._running:
+                self._prefill_chunk()
+                if len(self._running) > len(self._prefilling):
                     self._round()
         except BaseException as e:   # a bug in the engine itself: fail every request loudly
             _log.exception("specdec engine worker stopped")
@@ -410,28 +415,49 @@ class Engine:
             state.n_decoded = self._ctl.join(
                 slot, state.req.prompt, drafters=drafters, n_max=state.n_max,
                 n_min=self.spec.n_min, policy=self._policy(state), reuse=reuse,
-                **state.req.join_args())
+                defer=True, **state.req.join_args())
         except Exception as e:
             state.finish(exc=e)
             return
         state.slot = slot
-        state.t_first = time.monotonic()
         self._recent.remove(slot)
         self._recent.append(slot)
         self._running[slot] = state
         self._pieces[slot] = Pieces()
-        self._deliver(slot, state)
+        self._prefilling.append(slot)
+
+    def _prefill_chunk(self) -> None:
+        """The next chunk of the first joining prompt; its first token once it is all in."""
+        if not self._prefilling:
+            return
+        slot = self._prefilling[0]
+        state = self._running[slot]
+        try:
+            done = self._ctl.prefill(slot)
+        except Exception as e:      # the controller has left the slot
+            self._prefilling.popleft()
+            del self._running[slot]
+            with self._cv:
+                self._totals["failed"] += 1
+            state.finish(exc=e)
+            return
+        if done:
+            self._prefilling.popleft()
+            state.t_first = time.monotonic()
+            self._deliver(slot, state)
 
     def _round(self) -> None:
+        decoding = [(slot, state) for slot, state in self._running.items()
+                    if slot not in self._prefilling]
         try:
             self._ctl.step()
         except Exception as e:
             # a decode failed, or a drafter after it: the round's requests fail (their memory
             # may be mid-change), the engine goes on
-            for slot, state in list(self._running.items()):
+            for slot, state in decoding:
                 self._fail(slot, state, e)
             return
-        for slot, state in list(self._running.items()):
+        for slot, state in decoding:
             self._deliver(slot, state)
 
     def _fail(self, slot: int, state: _State, exc: BaseException) -> None:
@@ -463,6 +489,8 @@ class Engine:
         res = _result(self._ctl, slot, reason)
         self._ctl.leave(slot, keep=reason is None and self.prefix_reuse)
         del self._running[slot]
+        if slot in self._prefilling:
+            self._prefilling.remove(slot)
         self._count(res, state, reason)
         state.finish(res)
 

@@ -366,3 +366,46 @@ def test_finishing_a_request_whose_reader_cancelled_its_future():
     s.finish(None)
     s.finish(exc=RuntimeError("late"))
     assert s._f.cancelled() and calls
+
+
+def test_deferred_prefill_goes_in_by_chunks_between_rounds(tiny_dense_path):
+    """A prompt joined with ``defer`` is decoded a chunk at a time while another sequence's
+    rounds go on; both outputs equal their runs alone (exact mode)."""
+    from specdec import Decoder
+    from specdec._controller import Controller
+    dec = Decoder(tiny_dense_path, drafter="ngram", n_max=4, exact=True, n_seq_max=2,
+                  n_ctx=2048, n_batch=16)
+    ctl = Controller(dec.ctx, dec.drafters, exact=True)
+    a, b = PROMPTS[1], list(range(10, 110))
+    ctl.join(0, a, max_tokens=60, drafters=dec.drafters, n_max=4)
+    ctl.step()
+    assert ctl.join(1, b, max_tokens=30, drafters=dec.drafters, n_max=4, defer=True) == len(b)
+    grown = []
+    while ctl.is_prefilling(1):
+        n0 = len(ctl.tokens(0))
+        ctl.prefill(1, 7)
+        ctl.step()
+        grown.append(len(ctl.tokens(0)) > n0)
+    assert len(grown) == -(-len(b) // 7) and all(grown)
+    ctl.run()
+    alone = Decoder(tiny_dense_path, drafter="ngram", n_max=4, exact=True, n_ctx=2048)
+    assert ctl.tokens(0) == alone.generate(a, max_tokens=60).tokens
+    assert ctl.tokens(1) == alone.generate(b, max_tokens=30).tokens
+
+
+def test_a_long_prompt_joining_does_not_stall_running_streams(tiny_dense_path):
+    import threading
+    with Engine(tiny_dense_path, n_slots=2, n_ctx=2048, n_batch=16) as eng:
+        running = eng.submit(PROMPTS[0], max_tokens=1500, drafter="plain")
+        times = []
+        reader = threading.Thread(target=lambda: times.extend(time.monotonic() for _ in running))
+        reader.start()
+        while not times:
+            time.sleep(0.01)
+        t_join = time.monotonic()
+        joining = eng.submit(list(range(1, 201)) * 4, max_tokens=5)     # 50 chunks of 16
+        next(iter(joining))
+        t_first = time.monotonic()
+        running.cancel()
+        reader.join()
+    assert sum(t_join < t < t_first for t in times) >= 20
