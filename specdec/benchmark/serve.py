@@ -3,12 +3,13 @@
 Both servers run the same model with the same threads, ``--slots`` / ``-np`` equal to the
 concurrency, and take the same greedy streaming completions of the grounded prompts (code,
 repeat, records: text a lookup drafter can copy) from :mod:`serve_load`'s client; at each
-concurrency all servers are up at once and take turns, so they share the machine's load. specdec runs
-plain and with each of its lookup drafters, llama-server without speculation and with each
-n-gram mode; the report gives each concurrency's aggregate tokens/s, TTFT and ITL percentiles,
-and the ratios the issue tracks: specdec's best drafter over llama-server's best n-gram mode,
-specdec plain over llama-server plain, and, at concurrency 1, HTTP streaming over the same
-requests through ``Decoder.generate`` in this process.
+concurrency all servers are up at once and take turns, so they share the machine's load.
+specdec runs plain and with each of its lookup drafters (the suffix drafter also with
+``--adaptive``), llama-server without speculation and with each n-gram mode; the report gives
+each concurrency's aggregate tokens/s, TTFT and ITL percentiles, and the ratios the issue
+tracks: specdec's best drafter over llama-server's best n-gram mode, specdec plain over
+llama-server plain, and, at concurrency 1, HTTP streaming over the same requests through
+``Decoder.generate`` in this process.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ from .serve_load import LoadResult, Sample, run_load
 CONCURRENCY = (1, 4, 8)
 #: specdec's drafters measured (its best counts), and llama-server's n-gram modes
 SPECDEC_DRAFTERS = ("ngram", "ngram-map", "suffix")
+#: of those, the ones also measured with ``--adaptive`` (draft length by measured cost)
+SPECDEC_ADAPTIVE = ("suffix",)
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 N_MAX = 8
 N_CTX = 4096      # per slot
@@ -86,11 +89,11 @@ class ServerProcess:
 
 
 def _specdec_argv(model: str, port: int, slots: int, *, drafter: Optional[str],
-                  threads: int) -> List[str]:
+                  threads: int, adaptive: bool = False) -> List[str]:
     argv = [sys.executable, "-m", "specdec", "serve", "-m", model, "--port", str(port),
             "--slots", str(slots), "--n-ctx", str(N_CTX), "--threads", str(threads),
             "--n-max", str(N_MAX)]
-    return argv + (["--drafter", drafter] if drafter else [])
+    return argv + (["--drafter", drafter] if drafter else []) + (["--adaptive"] if adaptive else [])
 
 
 def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
@@ -138,6 +141,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     for d in (None,) + SPECDEC_DRAFTERS:
         argvs[f"specdec {d or 'plain'}"] = functools.partial(_specdec_argv, model, drafter=d,
                                                              threads=threads)
+    for d in SPECDEC_ADAPTIVE:
+        argvs[f"specdec {d} adaptive"] = functools.partial(_specdec_argv, model, drafter=d,
+                                                           threads=threads, adaptive=True)
     for t in (None,) + LLAMA_SPEC_TYPES:
         argvs[f"llama-server {t or 'plain'}"] = functools.partial(
             _llama_argv, binary, model, spec_type=t, threads=threads)
@@ -183,7 +189,8 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
                                "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
-    best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS], concurrency)
+    best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS]
+                         + [f"specdec {d} adaptive" for d in SPECDEC_ADAPTIVE], concurrency)
     best_llama = _best(rows, [f"llama-server {t}" for t in LLAMA_SPEC_TYPES], concurrency)
     results["ratios"] = {c: {
         "best_spec": _ratio(rows, best_specdec[c], best_llama[c], c),
