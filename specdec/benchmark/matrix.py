@@ -24,7 +24,7 @@ MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only need
 class Method:
     side: str                        # SPECDEC, LLAMA_CPP or LCP
     family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp,
-                                     # eagle3, oracle
+                                     # eagle3, dflash, oracle
     drafter: str = ""                # specdec drafter spec, llama.cpp --spec-type, or LCP kind
     n_max: int = 0
     adaptive: bool = False
@@ -44,7 +44,8 @@ class Method:
 class Case:
     name: str                        # e.g. "gemma3-270m", "mtp-mid-90"
     model: str                       # "gemma", "layerskip:N" (gemma + its first N layers), "bigram",
-                                     # "bigram+eagle3" (bigram + an EAGLE-3 draft)
+                                     # "bigram+eagle3" (bigram + an EAGLE-3 draft),
+                                     # "bigram+dflash" (periodic bigram + a DFlash draft)
     prompts: Tuple[Prompt, ...]
     methods: Tuple[Method, ...]
     n_gen: int
@@ -126,8 +127,8 @@ def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
                 size, acc, arch, dtype, interleave)
 
 
-# llama.cpp's draft-eagle3 stops a draft below its p_min (0.75 by default); specdec's p_min is
-# 0 unless set: both sides draft to n_max
+# llama.cpp's draft-eagle3 and draft-dflash stop a draft below their p_min (0.75 by default);
+# specdec's p_min is 0 unless set: both sides draft to n_max
 EAGLE3_LLAMA_EXTRA = ("--spec-draft-p-min", "0")
 
 
@@ -142,6 +143,21 @@ def _eagle3_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
                 for n in n_max_list]
     methods.append(_s("eagle3", "eagle3", 4, adaptive=True))
     return Case(f"eagle3-{size}-{round(acc * 100)}", "bigram+eagle3",
+                (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen, size, acc,
+                interleave=interleave)
+
+
+def _dflash_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
+                 interleave: int = 0) -> Case:
+    """A DFlash draft (``specdec.testing.dflash``) of the periodic bigram target, right on
+    ``acc`` of every cycle's tokens: specdec and llama.cpp's draft-dflash at each fixed
+    ``n_max``, plus specdec's adaptive policy (up to the block's 15 draft tokens)."""
+    methods = [PLAIN, LLAMA_PLAIN]
+    methods += [_s("dflash", "dflash", n) for n in n_max_list]
+    methods += [Method(LLAMA_CPP, "dflash", "draft-dflash", n, extra=EAGLE3_LLAMA_EXTRA)
+                for n in n_max_list]
+    methods.append(_s("dflash", "dflash", 15, adaptive=True))
+    return Case(f"dflash-{size}-{round(acc * 100)}", "bigram+dflash",
                 (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen, size, acc,
                 interleave=interleave)
 
@@ -210,9 +226,11 @@ def full() -> Matrix:
                 for dt in ("", "q8_0") for a in (0.9, 0.7, 0.5))
     moe = _mtp_case(0.9, (1, 2, 3), "mid", 256, arch="qwen35moe", interleave=6)
     eagle3 = tuple(_eagle3_case(a, (1, 2, 3, 4), "mid", 256, interleave=6) for a in (0.9, 0.7, 0.5))
+    dflash = tuple(_dflash_case(a, (2, 4, 7, 15), "mid", 256, interleave=6)
+                   for a in (0.9, 0.7, 0.5))
     rpc = tuple(_rpc_case(d, _pick(["code-api", "repeat-passage", "records-csv", "records-jsonl"]),
                           256) for d in RPC_DELAYS_MS)
-    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + eagle3 + rpc, reps=3,
+    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + eagle3 + dflash + rpc, reps=3,
                   check_tokens=128)
 
 

@@ -181,7 +181,7 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
                 theirs = c.best(LLAMA_CPP, fam)
                 if theirs is not None:
                     target = None
-                    if fam in ("mtp", "eagle3"):
+                    if fam in ("mtp", "eagle3", "dflash"):
                         target = 1.10 if adaptive else 1.0
                     put(case, f"specdec {fam} {how} / llama.cpp {c.meta[theirs].drafter} best",
                         c.ratio(m, theirs), "vs-llama.cpp", target)

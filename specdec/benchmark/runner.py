@@ -157,6 +157,9 @@ class _Models:
             from .synthetic import EAGLE3_TARGET_ACCURACY, model_for
             return str(model_for(case.size, EAGLE3_TARGET_ACCURACY, case.arch, case.dtype,
                                  log=self.log))
+        if case.model == "bigram+dflash":   # likewise, the DFlash draft's
+            from .synthetic import dflash_target
+            return str(dflash_target(case.size, case.dtype))
         return str(default_model_path())
 
     def draft(self, case: Case) -> Optional[str]:
@@ -164,6 +167,9 @@ class _Models:
             from .synthetic import eagle3_draft_for
             return str(eagle3_draft_for(self.target(case), case.size, case.accuracy, case.dtype,
                                         log=self.log))
+        if case.model == "bigram+dflash":
+            from .synthetic import dflash_draft_for
+            return str(dflash_draft_for(self.target(case), case.size, case.accuracy, case.dtype))
         if case.model.startswith("layerskip:"):
             from ..drafters.layerskip import derive_layerskip_gguf
             return str(derive_layerskip_gguf(self.target(case), int(case.model.split(":")[1])))
@@ -242,8 +248,8 @@ class Runner:
                  exact: bool = False, book: Optional[Dict[Any, List[int]]] = None) -> api.Decoder:
         n_ctx = self._n_ctx(model, n_gen, prompts)
         drafter: Any = None if method.family == "plain" else method.drafter
-        if method.family == "eagle3":
-            drafter = f"eagle3:{self._case_draft}"     # the case's draft file
+        if method.family in ("eagle3", "dflash"):
+            drafter = f"{method.family}:{self._case_draft}"     # the case's draft file
         if method.family == "oracle":
             drafter = Oracle(book or {})
         return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
@@ -448,7 +454,7 @@ class Runner:
         out = llama_tools.run_spec_simple(
             target, p.text, case.n_gen, spec_type=m.drafter, n_max=m.n_max,
             extra=m.extra + self._peer_flags,
-            echo=echo, draft=draft if m.family in ("draft", "eagle3") else None,
+            echo=echo, draft=draft if m.family in ("draft", "eagle3", "dflash") else None,
             n_ctx=self._case_n_ctx,
             threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])

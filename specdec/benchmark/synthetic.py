@@ -1,6 +1,7 @@
 """The synthetic benchmark models: bigram qwen35 (and its MoE variant) whose MTP head is
-right a chosen share of the time, EAGLE-3 drafts of such a target (likewise dialled), and a
-random "mid" Mamba-2 (rollback by checkpoints).
+right a chosen share of the time, EAGLE-3 drafts of such a target (likewise dialled), DFlash
+drafts of a periodic bigram target (an exact dial), and a random "mid" Mamba-2 (rollback by
+checkpoints).
 
 ``specdec.testing.write_bigram_mtp_model`` scales one fixed, seeded Gaussian draw on
 the head's ``eh_proj`` by ``noise``; ``calibrate`` finds, in numpy, the noise that
@@ -18,6 +19,7 @@ import numpy as np
 
 from ..cache import cache_dir
 from ..testing import write_bigram_mtp_model
+from ..testing.dflash import write_dflash_draft
 from ..testing.eagle3 import noise_for_acceptance, write_eagle3_draft
 from ..testing.tiny import Mamba2Dims, add_mamba2_kv, mamba2_layout, write_random
 
@@ -143,6 +145,32 @@ def eagle3_draft_for(target: str | os.PathLike[str], size: str, accuracy: float,
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         write_eagle3_draft(tmp, target, noise=memo[key], dtype=dtype or ("f16" if size == "mid"
                                                                          else "f32"))
+        os.replace(tmp, path)
+    return path
+
+
+#: the period of the bigram target the DFlash cases draft for: its greedy text repeats every
+#: DFLASH_PERIOD tokens, and the draft's block holds DFLASH_PERIOD - 1 draft tokens
+DFLASH_PERIOD = 16
+
+
+def dflash_target(size: str, dtype: str = "") -> Path:
+    """The periodic bigram target of the DFlash cases, written once into the cache."""
+    tag = f"-{dtype}" if dtype else ""
+    return write_once(bench_dir(size) / f"period-{DFLASH_PERIOD}{tag}.gguf", size=size,
+                      period=DFLASH_PERIOD, dtype=dtype or None)
+
+
+def dflash_draft_for(target: str | os.PathLike[str], size: str, accuracy: float,
+                     dtype: str = "") -> Path:
+    """A DFlash draft of the periodic ``target`` that is right on ``accuracy`` of every
+    cycle's tokens, written once into the cache."""
+    tag = f"-{dtype}" if dtype else ""
+    path = bench_dir(size) / f"dflash-{Path(target).stem}-acc-{accuracy}{tag}.gguf"
+    if not path.exists():
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        write_dflash_draft(tmp, target, acceptance=accuracy,
+                           dtype=dtype or ("f16" if size == "mid" else "f32"))
         os.replace(tmp, path)
     return path
 
