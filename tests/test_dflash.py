@@ -14,7 +14,7 @@ import pytest
 from bigram_greedy import greedy_cycle
 from joint_law import chi_square_p, speculative_counts, target_joint
 
-from specdec import Batch, Context, Decoder, Model, Sampling
+from specdec import Batch, Context, Decoder, Engine, Model, Sampling
 from specdec.drafters import available
 from specdec.drafters.dflash import DFlashDrafter
 from specdec.testing import write_bigram_mtp_model
@@ -232,6 +232,18 @@ def test_causal_draft_and_multi_sequence(target, draft):
     for p, r in zip(prompts, res):
         assert r.tokens == greedy_cycle(target, p, 80)
     assert res[0].stats.accepted > 0
+
+
+def test_engine_slots_draft_together(target, draft):
+    """The Engine's slots share one draft context: each keeps its own features."""
+    prompts = [on_cycle(target, first, 20) for first in (3, 40, 77)]
+    with Engine(target, drafters={"dflash": f"dflash:{draft(0.9)}"}, n_slots=3, n_ctx=512,
+                n_max=7) as eng:
+        handles = [eng.submit(p, max_tokens=60) for p in prompts]
+        res = [h.result(120) for h in handles]
+    for p, r in zip(prompts, res):
+        assert r.tokens == greedy_cycle(target, p, 60)
+        assert r.stats.accepted > 0
 
 
 # --------------------------------------------------------------------------------------

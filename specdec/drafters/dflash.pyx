@@ -123,9 +123,14 @@ cdef class DFlashDrafter(Drafter):
         self.width = len(self.layers) * tm.n_embd
         # non-causal decodes take at most n_ubatch rows: the block must fit one
         cdef int cap = max(self.block_size, min(target.n_ubatch, 512))
-        self.draft_ctx = Context(dm, n_ctx=target.n_ctx, n_batch=cap, n_ubatch=cap,
-                                 n_seq_max=n_seq, n_threads=self.n_threads or target.n_threads,
-                                 other=target)
+        # the target's layout: one KV for all sequences (each may use all of it), or a stream
+        # each; a shared one also holds the drafting sequences' blocks
+        cdef bint unified = n_seq > 1 and target.n_ctx_seq * n_seq > target.n_ctx
+        self.draft_ctx = Context(dm, n_ctx=target.n_ctx + (n_seq * self.block_size if unified
+                                                           else 0),
+                                 n_batch=cap, n_ubatch=cap, n_seq_max=n_seq,
+                                 n_threads=self.n_threads or target.n_threads, other=target,
+                                 kv_unified=unified if n_seq > 1 else None)
         if self.draft_ctx.n_ctx_seq < target.n_ctx_seq:
             raise ValueError(f"the draft context holds {self.draft_ctx.n_ctx_seq} positions per "
                              f"sequence, the target {target.n_ctx_seq}")
