@@ -56,7 +56,9 @@ cdef class DFlashDrafter(Drafter):
     ``dflash:PATH``: draft a block at a time with the DFlash model in ``PATH`` (or a loaded
     ``Model``), which reads the target layers it names. A draft is at most the trained block
     size less one token long. ``p_min`` stops a draft at the first block row whose argmax
-    has a lower probability (None: the Decoder's ``p_min``)."""
+    has a lower probability (None: the Decoder's ``p_min``). The adaptive policy's per-token
+    floor (``p_stop``) is not applied: it weighs one more draft step, and the block's rows
+    come from one decode together."""
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx
     cdef Batch feat                      # feature rows written into the draft's KV
