@@ -40,8 +40,8 @@ predicted for them.
 
 Exploration keeps the estimates honest: every 8th round asks one token past the
 best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
-least measured length of the answer (every length gets measured: interpolating a
-non-monotonic cost misleads); every 64th round (every 8th until four were measured,
+least measured length of the answer until it has 8 samples (every length gets measured:
+interpolating a non-monotonic cost misleads); every 64th round (every 8th until four were measured,
 while drafting is within 30% of plain) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
@@ -58,6 +58,7 @@ DEF EXPLORE_EVERY = 8
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
+DEF MEASURED = 8          # verify samples of a length before exploration stops choosing it
 DEF PLAIN_EVERY = 64
 DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
@@ -292,15 +293,19 @@ cdef class DraftPolicy:
             return 0
         cdef int k, best = 0
         if self.exploring:
-            # the least measured length: verify cost is not monotonic in the rows (kernels
-            # tile by 4), so no length's cost may be left to interpolation for long
+            # the least measured length, until it has MEASURED samples: verify cost is not
+            # monotonic in the rows (kernels tile by 4), so no length's cost may be left to
+            # interpolation; once measured, the load factor keeps it current, and cutting a
+            # good draft short every EXPLORE_EVERY rounds would cost ~10% of the tokens
             best = proposed
             for k in range(proposed - 1, 0, -1):
                 if self.n_verify[k] < self.n_verify[best]:
                     best = k
-            self.current = best
-            self._predict(best, t_drafted)
-            return best
+            if self.n_verify[best] < MEASURED:
+                self.current = best
+                self._predict(best, t_drafted)
+                return best
+            best = 0
         cdef double r, best_rate = 1.0 / (t_drafted + self._verify_time(0))
         for k in range(1, proposed + 1):
             r = self._expected_tokens(k) / (t_drafted + self._verify_time(k))
