@@ -96,21 +96,22 @@ def test_several_sequences_in_one_kv_stream(request, which):
         np.testing.assert_allclose(a, b, atol=1e-3 * float(a.std()) + 1e-5)
 
 
-def test_engine_greedy_output_with_a_shared_head(gemma_path):
+def test_greedy_output_of_a_batch_with_a_shared_head(gemma_path):
     """Several requests verified together through the lazy head (its passes shared by the
-    batch) give the output they give with llama.cpp's head."""
-    from specdec import Engine
+    batch) give the output they give with llama.cpp's head. ``generate_batch`` verifies the
+    same rows together on both sides: outside exact mode a row's logits depend on what else
+    its batch holds, and an Engine forms its batches as requests happen to arrive."""
     prompts = ["def fibonacci(n):\n    if n < 2:\n        return n\n    return",
                "one two three four five six seven eight nine ten eleven twelve",
                "The capital of France is Paris. The capital of Italy is Rome. The capital of"]
     outs = {}
     for lazy in (True, False):
-        with Engine(gemma_path, drafters=["ngram"], n_slots=3, n_ctx=256, n_max=4,
-                    lazy_logits=lazy) as eng:
-            hs = [eng.submit(p, max_tokens=24) for p in prompts]
-            outs[lazy] = [h.result(120).tokens for h in hs]
-            if lazy:
-                assert eng.ctx.lazy_logits == "on"
+        dec = Decoder(gemma_path, drafter="ngram", n_seq_max=3, n_ctx=256, n_max=4,
+                      lazy_logits=lazy)
+        outs[lazy] = [r.tokens for r in dec.generate_batch(prompts, max_tokens=24)]
+        if lazy:
+            assert dec.ctx.lazy_logits == "on"
+        dec.close()
     assert outs[True] == outs[False]
 
 
