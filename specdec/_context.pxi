@@ -752,9 +752,13 @@ cdef class Context:
         self._check_abort("seq_keep")
 
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil:
+        if self.ctx == NULL:        # closed, or freed after an abort: it holds nothing
+            return -1
         return llama_memory_seq_pos_max(self.mem, seq)
 
     cdef llama_pos pos_min_c(self, llama_seq_id seq) noexcept nogil:
+        if self.ctx == NULL:
+            return -1
         return llama_memory_seq_pos_min(self.mem, seq)
 
     def seq_pos_min(self, seq) -> int:

@@ -162,6 +162,7 @@ cdef class Controller:
         yet; ``prefill`` decodes the prompt a chunk at a time, and rounds leave the
         sequence out until it is all in. Returns the number of prompt tokens to decode.
         """
+        self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active:
             raise RuntimeError(f"sequence {seq} is in use: leave() it first")
@@ -276,6 +277,7 @@ cdef class Controller:
 
     def reusable(self, int seq, prompt) -> int:
         """Prompt tokens a join of ``prompt`` on free slot ``seq`` with ``reuse`` would keep."""
+        self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active or s.mem.size() == 0 or self.ctx.pos_max_c(s.id) != <int>s.mem.size() - 1:
             return 0
@@ -293,6 +295,7 @@ cdef class Controller:
     def saved_window_start(self, int seq) -> int:
         """The first position whose cells a state of ``seq`` saved now holds in the sliding-
         window layers (llama.cpp writes only the window of the last position); 0 without."""
+        self.ctx._alive()
         if self.n_swa == 0:
             return 0
         cdef int p0 = self.ctx.pos_min_c(seq), p1 = self.ctx.pos_max_c(seq)
@@ -318,6 +321,7 @@ cdef class Controller:
     def save_held(self, int seq) -> bytes:
         """The target's state of the tokens free slot ``seq`` holds (``held(seq)``), for a
         prompt cache; empty when it holds none, or its memory is not what ``held`` says."""
+        self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active:
             raise RuntimeError(f"sequence {seq} is in use")
@@ -329,6 +333,7 @@ cdef class Controller:
         """Free slot ``seq`` holds ``tokens`` again, from the state ``save_held`` gave of them
         (on any slot). False, the slot then holding nothing, when llama.cpp could not place
         them (no room in the cache)."""
+        self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active:
             raise RuntimeError(f"sequence {seq} is in use")
