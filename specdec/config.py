@@ -5,6 +5,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Optional, Union
 
+# the longest draft a round may verify (its batch holds n_max + 1 rows per sequence)
+N_MAX_LIMIT = 64
+
 
 @dataclass(frozen=True)
 class Sampling:
@@ -81,8 +84,8 @@ class SpecConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-        if self.n_max > 64:
-            raise ValueError(f"n_max must be at most 64, got {self.n_max}")
+        if self.n_max > N_MAX_LIMIT:
+            raise ValueError(f"n_max must be at most {N_MAX_LIMIT}, got {self.n_max}")
         if self.n_min > self.n_max:
             # a draft shorter than n_min is dropped and none is longer than n_max: such a
             # decoder would never draft (and a huge n_min overflowed the controller's int)

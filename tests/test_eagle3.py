@@ -16,7 +16,7 @@ import pytest
 from bigram_greedy import greedy_cycle
 from joint_law import chi_square_p, speculative_counts, target_joint
 
-from specdec import Batch, Context, Decoder, Model, Sampling
+from specdec import Batch, Context, Decoder, Engine, Model, Sampling
 from specdec.drafters import available
 from specdec.drafters.eagle3 import Eagle3Drafter
 from specdec.testing import write_bigram_mtp_model
@@ -217,6 +217,17 @@ def test_multi_sequence(target, draft):
     res = dec.generate_batch(prompts, max_tokens=80)
     for p, r in zip(prompts, res):
         assert r.tokens == greedy_cycle(target, p, 80)
+
+
+def test_engine_slots_draft_together(target, draft):
+    """The Engine's slots share one KV cache (each may fill it), and so does the draft."""
+    prompts = [PROMPT, [40, 41, 42], [7, 8]]
+    with Engine(target, drafters={"eagle3": f"eagle3:{draft(0.9)}"}, n_slots=3, n_ctx=512,
+                n_max=4) as eng:
+        res = [h.result(120) for h in [eng.submit(p, max_tokens=60) for p in prompts]]
+    for p, r in zip(prompts, res):
+        assert r.tokens == greedy_cycle(target, p, 60)
+        assert r.stats.accepted > 0
 
 
 # --------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from ..placement import draft_options
 import os
 
 from .._archs import LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS
+from ..config import N_MAX_LIMIT
 
 
 cdef class Eagle3Drafter(TargetFedDrafter):
@@ -119,10 +120,16 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         cdef int cap = target.n_batch + 1
         # lazy head: the decoder's LM head runs over every row of a batch (catch-up rows
         # included); the drafter reads the last row's logits only
-        self.draft_ctx = Context(dm, n_ctx=target.n_ctx, n_batch=cap, n_seq_max=n_seq,
+        # the target's layout: one KV for all sequences (each may use all of it: an Engine's
+        # slots), with room for every sequence's draft rows, or a stream each
+        cdef bint unified = n_seq > 1 and target.kv_unified
+        self.draft_ctx = Context(dm, n_ctx=target.n_ctx + (n_seq * (N_MAX_LIMIT + 1) if unified
+                                                           else 0),
+                                 n_batch=cap, n_seq_max=n_seq,
                                  n_threads=self.n_threads or target.n_threads,
                                  mtp_hidden="dense", other=target,
-                                 lazy_logits=dm.placement.n_gpu_layers == 0)
+                                 lazy_logits=dm.placement.n_gpu_layers == 0,
+                                 kv_unified=unified if n_seq > 1 else None)
         if self.draft_ctx.n_ctx_seq < target.n_ctx_seq:
             raise ValueError(f"the draft context holds {self.draft_ctx.n_ctx_seq} positions per "
                              f"sequence, the target {target.n_ctx_seq}")
