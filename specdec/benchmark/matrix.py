@@ -136,12 +136,12 @@ def _eagle3_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
                  interleave: int = 0) -> Case:
     """An EAGLE-3 draft (``specdec.testing.eagle3``) of the bigram target whose first draft is
     right ``acc`` of the time: specdec and llama.cpp's draft-eagle3 at each fixed ``n_max``,
-    plus specdec's adaptive policy."""
+    plus specdec's adaptive policy with the longest of them as its cap."""
     methods = [PLAIN, LLAMA_PLAIN]
     methods += [_s("eagle3", "eagle3", n) for n in n_max_list]
     methods += [Method(LLAMA_CPP, "eagle3", "draft-eagle3", n, extra=EAGLE3_LLAMA_EXTRA)
                 for n in n_max_list]
-    methods.append(_s("eagle3", "eagle3", 4, adaptive=True))
+    methods.append(_s("eagle3", "eagle3", max(n_max_list), adaptive=True))
     return Case(f"eagle3-{size}-{round(acc * 100)}", "bigram+eagle3",
                 (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen, size, acc,
                 interleave=interleave)
@@ -225,7 +225,8 @@ def full() -> Matrix:
     mtp = tuple(_mtp_case(a, (1, 2, 3, 4), "mid", 256, dtype=dt, interleave=6)
                 for dt in ("", "q8_0") for a in (0.9, 0.7, 0.5))
     moe = _mtp_case(0.9, (1, 2, 3), "mid", 256, arch="qwen35moe", interleave=6)
-    eagle3 = tuple(_eagle3_case(a, (1, 2, 3, 4), "mid", 256, interleave=6) for a in (0.9, 0.7, 0.5))
+    eagle3 = tuple(_eagle3_case(a, (1, 2, 3, 4, 6, 8), "mid", 256, interleave=6)
+                   for a in (0.9, 0.7, 0.5))
     dflash = tuple(_dflash_case(a, (2, 4, 7, 15), "mid", 256, interleave=6)
                    for a in (0.9, 0.7, 0.5))
     rpc = tuple(_rpc_case(d, _pick(["code-api", "repeat-passage", "records-csv", "records-jsonl"]),
