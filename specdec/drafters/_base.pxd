@@ -2,7 +2,7 @@
 """The drafter interface as the controller sees it (C-level hooks)."""
 from libc.stdint cimport int32_t
 from libcpp.vector cimport vector
-from .._core cimport Context, TargetView
+from .._core cimport Context, Model, TargetView
 
 
 cdef class Draft:
@@ -47,6 +47,7 @@ cdef class Drafter:
     cdef int _clear_hist(self, int seq) except -1
     cdef int _append_hist(self, int seq, const int32_t * toks, int n) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
+    cdef Model own_model(self, object source, Model target, bint load_mtp=*)
 
     # the controller calls these; they apply the dispatch rule (never overridden)
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1

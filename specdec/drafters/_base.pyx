@@ -39,12 +39,15 @@ from libc.stdint cimport int32_t
 from libc.stdlib cimport free, malloc
 from libcpp.vector cimport vector
 from cpython.buffer cimport PyBUF_WRITABLE, PyBUF_FORMAT, PyBUF_ND, PyBUF_STRIDES
-from .._core cimport Context, TargetView
+from .._core cimport Context, Model, TargetView
 
 import math
+import os
 import numbers
 
 import numpy as np
+
+from ..placement import draft_options
 
 
 class DrafterError(RuntimeError):
@@ -208,6 +211,18 @@ cdef class Drafter:
         if n_seq > 0:
             self._grow(n_seq - 1)
         return 0
+
+    cdef Model own_model(self, object source, Model target, bint load_mtp=False):
+        """The drafter's own model (a draft, an MTP head file): ``source`` itself when it is
+        loaded already, else that GGUF placed as the target is unless the drafter's
+        ``n_gpu_layers`` (llama.cpp's ``-ngld``) says otherwise, with the target's weight
+        layout (exact mode needs both unrepacked)."""
+        if isinstance(source, Model):
+            return source
+        opts = draft_options(target.placement, self.n_gpu_layers)
+        if load_mtp:
+            opts["load_mtp"] = True
+        return Model(os.fspath(source), use_extra_bufts=target.use_extra_bufts, **opts)
 
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1:
         self._grow(seq)

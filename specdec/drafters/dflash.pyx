@@ -32,7 +32,6 @@ from .._sampling cimport argmax, prob_at_least
 from .._timing cimport now
 from ._base cimport Drafter, Draft
 from .._gguf_check import parse_gguf
-from ..placement import draft_options
 
 import mmap
 import os
@@ -103,11 +102,7 @@ cdef class DFlashDrafter(Drafter):
     cdef int bind_c(self, Context target, int n_seq) except -1:
         Drafter.bind_c(self, target, n_seq)
         cdef Model tm = target.model
-        if isinstance(self._source, Model):
-            self.draft_model = self._source
-        else:
-            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=tm.use_extra_bufts,
-                                     **draft_options(tm.placement, self.n_gpu_layers))
+        self.draft_model = self.own_model(self._source, tm)
         cdef Model dm = self.draft_model
         name = os.path.basename(dm.path)
         self._check_draft(dm, tm, name)

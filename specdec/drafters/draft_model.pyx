@@ -20,7 +20,6 @@ from .._sampling cimport argmax
 from ._base cimport Drafter, Draft
 from .translate cimport Translation
 from .translate import translation
-from ..placement import draft_options
 
 import os
 
@@ -88,11 +87,7 @@ cdef class DraftModelDrafter(Drafter):
         Drafter.bind_c(self, target, n_seq)
         if self._source is None:
             raise ValueError("no draft model to load")
-        if isinstance(self._source, Model):
-            self.draft_model = self._source
-        else:
-            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=target.model.use_extra_bufts,
-                                     **draft_options(target.model.placement, self.n_gpu_layers))
+        self.draft_model = self.own_model(self._source, target.model)
         if self.draft_model.is_recurrent or self.draft_model.is_hybrid:
             raise ValueError("recurrent/hybrid draft models are not supported: their state cannot "
                              "be rolled back across the draft's several decodes")

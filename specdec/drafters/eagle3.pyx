@@ -37,7 +37,6 @@ from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
 from ._target_fed cimport TargetFedDrafter
-from ..placement import draft_options
 
 import os
 
@@ -89,11 +88,7 @@ cdef class Eagle3Drafter(TargetFedDrafter):
     cdef int bind_c(self, Context target, int n_seq) except -1:
         Drafter.bind_c(self, target, n_seq)
         cdef Model tm = target.model
-        if isinstance(self._source, Model):
-            self.draft_model = self._source
-        else:
-            self.draft_model = Model(os.fspath(self._source), use_extra_bufts=tm.use_extra_bufts,
-                                     **draft_options(tm.placement, self.n_gpu_layers))
+        self.draft_model = self.own_model(self._source, tm)
         cdef Model dm = self.draft_model
         name = os.path.basename(dm.path)
         if dm.arch not in LAYER_DRAFT_ARCHS:

@@ -46,7 +46,6 @@ from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
 from ._base cimport Drafter, Draft
 from ._target_fed cimport TargetFedDrafter
-from ..placement import draft_options
 
 import os
 
@@ -126,12 +125,7 @@ cdef class MtpDrafter(TargetFedDrafter):
                 raise ValueError("the target was loaded with load_mtp=False: load it with "
                                  "Model(path, load_mtp=True) (Decoder does so for drafter='mtp')")
         else:
-            if isinstance(src, Model):
-                self.mtp_model = src
-            else:
-                self.mtp_model = Model(os.fspath(src), load_mtp=True,
-                                       use_extra_bufts=tm.use_extra_bufts,
-                                       **draft_options(tm.placement, self.n_gpu_layers))
+            self.mtp_model = self.own_model(src, tm, load_mtp=True)
             m = self.mtp_model
             name = os.path.basename(m.path)
             if m.n_mtp_layers <= 0:
