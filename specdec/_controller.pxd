@@ -44,6 +44,11 @@ cdef class _Seq:
     cdef double t_asked      # time spent drafting this round (catch-up left out)
     cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
     cdef vector[uint8_t] ckpt    # recurrent state before the current verify (checkpoint archs)
+    # a join with reuse: the prompt-end checkpoint of the sliding-window layers (_save_window),
+    # their state after the prompt ``mem[:win_n]`` (0: none), holding positions ``win_start..``
+    cdef bint reuse
+    cdef vector[uint8_t] win_state
+    cdef int win_n, win_start
     cdef double t_ckpt
     cdef bint redo           # a partial accept restored the checkpoint: decode again
     cdef int32_t prev        # the ``last`` of the current verify
@@ -87,6 +92,8 @@ cdef class Controller:
     cdef _Seq _seq(self, int seq)
     cdef int _kept(self, const int32_t * held, int n_held, int pos_min, const int32_t * toks,
                    int n) noexcept
+    cdef int _window_start(self, int seq) except? -2
+    cdef int _save_window(self, _Seq s) except -1
     cdef int _prefill_chunk(self, _Seq s, int budget) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _propose(self, _Seq s, int k_cap) except -1

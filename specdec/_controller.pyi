@@ -1,5 +1,7 @@
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from ._core import Context, Model
 from ._policy import DraftPolicy
 from .drafters import Drafter
@@ -7,6 +9,17 @@ from .drafters import Drafter
 Logprobs = List[Tuple[float, List[Tuple[int, float]]]]
 
 def new_policy(n_max: int, adaptive: bool = False) -> DraftPolicy: ...
+
+class HeldState:
+    tokens: np.ndarray
+    state: bytes
+    window_start: int
+    win_n: int
+    win_start: int
+    win_state: Optional[bytes]
+    @property
+    def nbytes(self) -> int: ...
+
 
 class Controller:
     ctx: Context
@@ -31,10 +44,9 @@ class Controller:
     n_swa: int
     max_rows: int
     def reusable(self, seq: int, prompt: Sequence[int]) -> int: ...
-    def kept_prefix(self, held: Sequence[int], prompt: Sequence[int], window_start: int) -> int: ...
-    def saved_window_start(self, seq: int) -> int: ...
-    def save_held(self, seq: int) -> bytes: ...
-    def restore_held(self, seq: int, tokens: Sequence[int], state: bytes) -> bool: ...
+    def kept_prefix(self, held: HeldState, prompt: Sequence[int]) -> int: ...
+    def save_held(self, seq: int) -> Optional[HeldState]: ...
+    def restore_held(self, seq: int, held: HeldState) -> bool: ...
     def start(self, prompts: Sequence[Sequence[int]], max_tokens: Union[int, Sequence[int]],
               seeds: Optional[Sequence[int]] = None) -> None: ...
     def step(self) -> int: ...

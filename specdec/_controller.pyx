@@ -31,6 +31,8 @@ verification, text output and the test hooks live in ``_verify``, ``_output``, `
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libcpp.vector cimport vector
 
+import numpy as np
+
 from ._core cimport Model, Context, Batch
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, Rng, argmax
@@ -48,6 +50,22 @@ def new_policy(int n_max, bint adaptive=False) -> DraftPolicy:
 
 cdef class _Seq:
     pass
+
+
+cdef class HeldState:
+    """What a free slot held, saved by ``Controller.save_held`` for a prompt cache: its
+    tokens, the target's state of them, and, with sliding-window layers, the first position
+    that state's window holds and the prompt-end checkpoint of the window (``_save_window``),
+    which serves a join that cuts back to the prompt's end."""
+    cdef readonly object tokens     # int32 array
+    cdef readonly bytes state
+    cdef readonly int window_start
+    cdef readonly int win_n, win_start
+    cdef readonly bytes win_state
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state) + (len(self.win_state) if self.win_state is not None else 0)
 
 
 cdef class Controller:
@@ -204,18 +222,31 @@ cdef class Controller:
         s.t_gen = 0.0
         for i in range(N_PARTS):
             s.t_part[i] = 0.0
+        cdef double t0 = now()
+        cdef int c_win = 0
         # the memory must still be what ``mem`` says (a caller may have used the context)
         if reuse and self.ctx.pos_max_c(s.id) == <int>s.mem.size() - 1:
             c = self._kept(s.mem.data(), s.mem.size(), self.ctx.pos_min_c(s.id), toks.data(), n)
-        cdef double t0 = now()
+            if 0 < s.win_n <= <int>s.mem.size():
+                c_win = self._kept(s.mem.data(), s.win_n, s.win_start, toks.data(), n)
+            if c_win > c:       # back to the prompt-end window; the other layers hold it all
+                try:
+                    self.ctx.load_state_c(s.id, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, s.win_state)
+                    c = c_win
+                except ValueError:
+                    c = 0
         if c > 0:
             if not self.ctx.seq_rm_c(s.id, c, -1):
                 c = 0
         if c == 0:
             self.ctx.seq_rm_c(s.id, -1, -1)
+        if c < s.win_n:
+            s.win_n = 0
+            s.win_state.clear()
         s.mem.resize(c)
         s.active = True
         s.prefilling = True
+        s.reuse = reuse
         s.prompt = toks
         s.n_filled = c
         s.n_prompt = n
@@ -282,24 +313,46 @@ cdef class Controller:
         if s.active or s.mem.size() == 0 or self.ctx.pos_max_c(s.id) != <int>s.mem.size() - 1:
             return 0
         cdef vector[int32_t] toks = _tokens(prompt)
-        return self._kept(s.mem.data(), s.mem.size(), self.ctx.pos_min_c(s.id), toks.data(),
-                          toks.size())
+        cdef int c = self._kept(s.mem.data(), s.mem.size(), self.ctx.pos_min_c(s.id),
+                                toks.data(), toks.size())
+        if 0 < s.win_n <= <int>s.mem.size():
+            c = max(c, self._kept(s.mem.data(), s.win_n, s.win_start, toks.data(), toks.size()))
+        return c
 
-    def kept_prefix(self, held, prompt, int window_start) -> int:
-        """Prompt tokens a join of ``prompt`` with reuse would keep of a saved state of the
-        tokens ``held`` (``window_start``: the first position its window layers hold, as
-        ``saved_window_start`` said when it was saved)."""
-        cdef vector[int32_t] h = _tokens(held), toks = _tokens(prompt)
-        return self._kept(h.data(), h.size(), window_start, toks.data(), toks.size())
+    def kept_prefix(self, HeldState held not None, prompt) -> int:
+        """Prompt tokens a join of ``prompt`` with reuse would keep of the slot state
+        ``held`` once ``restore_held`` put it back."""
+        cdef vector[int32_t] h = _tokens(held.tokens), toks = _tokens(prompt)
+        cdef int c = self._kept(h.data(), h.size(), held.window_start, toks.data(), toks.size())
+        if 0 < held.win_n <= <int>h.size():
+            c = max(c, self._kept(h.data(), held.win_n, held.win_start, toks.data(), toks.size()))
+        return c
 
-    def saved_window_start(self, int seq) -> int:
+    cdef int _window_start(self, int seq) except? -2:
         """The first position whose cells a state of ``seq`` saved now holds in the sliding-
         window layers (llama.cpp writes only the window of the last position); 0 without."""
-        self.ctx._alive()
         if self.n_swa == 0:
             return 0
         cdef int p0 = self.ctx.pos_min_c(seq), p1 = self.ctx.pos_max_c(seq)
         return max(p0, p1 - self.n_swa + 1) if p1 >= 0 else 0
+
+    cdef int _save_window(self, _Seq s) except -1:
+        """After a prompt is in: keep the window layers' state of its end, so that a later
+        join cutting back to the prompt's end (the same prompt again, another answer to the
+        same question) keeps the prompt, where the window of the request's own end no longer
+        holds it; llama-server's context checkpoints do the same. Only for joins with reuse,
+        and where the request may outrun the window: before that, the window of its end
+        holds the prompt's."""
+        s.win_n = 0
+        s.win_state.clear()
+        cdef int n = s.mem.size()
+        if not s.reuse or self.n_swa == 0 or n < 2 or (
+                n + s.out.max_tokens <= self.n_swa):
+            return 0
+        self.ctx.save_state_c(s.id, LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY, s.win_state)
+        s.win_n = n
+        s.win_start = self._window_start(s.id)
+        return 0
 
     def leave(self, int seq, *, bint keep=False):
         """End the request on ``seq`` (finished or not); its results stay readable until the
@@ -317,30 +370,40 @@ cdef class Controller:
             self.ctx.seq_rm_c(s.id, -1, -1)
             s.mem.clear()
             s.n_past = 0
+            s.win_n = 0
+            s.win_state.clear()
 
-    def save_held(self, int seq) -> bytes:
-        """The target's state of the tokens free slot ``seq`` holds (``held(seq)``), for a
-        prompt cache; empty when it holds none, or its memory is not what ``held`` says."""
+    def save_held(self, int seq):
+        """What free slot ``seq`` holds (``held(seq)``), saved for a prompt cache: a
+        ``HeldState``, or None when it holds nothing, or its memory is not what ``held``
+        says."""
         self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active:
             raise RuntimeError(f"sequence {seq} is in use")
         if s.mem.size() == 0 or self.ctx.pos_max_c(s.id) != <int>s.mem.size() - 1:
-            return b""
-        return self.ctx.save_state(s.id)
+            return None
+        cdef HeldState h = HeldState()
+        h.tokens = np.asarray(self.held(seq), dtype=np.int32)
+        h.window_start = self._window_start(s.id)
+        h.state = self.ctx.save_state(s.id)
+        if 0 < s.win_n <= <int>s.mem.size():
+            h.win_n = s.win_n
+            h.win_start = s.win_start
+            h.win_state = (<char *> s.win_state.data())[:s.win_state.size()]
+        return h
 
-    def restore_held(self, int seq, tokens, state) -> bool:
-        """Free slot ``seq`` holds ``tokens`` again, from the state ``save_held`` gave of them
-        (on any slot). False, the slot then holding nothing, when llama.cpp could not place
-        them (no room in the cache)."""
+    def restore_held(self, int seq, HeldState held not None) -> bool:
+        """Free slot ``seq`` (any slot) holds what ``save_held`` saved again. False, the slot
+        then holding nothing, when llama.cpp could not place it (no room in the cache)."""
         self.ctx._alive()
         cdef _Seq s = self._seq(seq)
         if s.active:
             raise RuntimeError(f"sequence {seq} is in use")
-        cdef int i, n = len(tokens)
+        cdef int i, n = len(held.tokens)
         self.leave(seq)
         try:
-            self.ctx.load_state(state, s.id)
+            self.ctx.load_state(held.state, s.id)
         except ValueError:
             self.ctx.seq_rm_c(s.id, -1, -1)
             return False
@@ -349,8 +412,13 @@ cdef class Controller:
             return False
         s.mem.resize(n)
         for i in range(n):
-            s.mem[i] = tokens[i]
+            s.mem[i] = held.tokens[i]
         s.n_past = n
+        if held.win_n > 0:
+            s.win_state.assign(<const uint8_t *> (<const char *> held.win_state),
+                               <const uint8_t *> (<const char *> held.win_state) + len(held.win_state))
+            s.win_n = held.win_n
+            s.win_start = held.win_start
         return True
 
     def start(self, prompts, max_tokens, seeds=None):
@@ -399,6 +467,7 @@ cdef class Controller:
             s.n_past = n
             s.prompt.clear()
             s.prefilling = False
+            self._save_window(s)
             s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
             self._emit(s, s.last, m - 1)
         t0 = now() - t0

@@ -11,16 +11,19 @@ only the rest. Least recently used states are dropped past the size cap. llama-s
 
 Recurrent and hybrid targets hold their state at the end of the tokens only: a saved state
 serves a prompt it is a strict prefix of, and saved states are never trimmed. A state of a
-model with sliding-window layers holds only the window of its last position: it serves a
-prompt that leaves it within that window. ``Controller.kept_prefix`` says what a join keeps.
+model with sliding-window layers holds only the window of its last position, and the window
+of its prompt's end (the controller's prompt-end checkpoint): it serves a prompt that leaves
+it within one of those. ``Controller.kept_prefix`` says what a join keeps.
 """
 from __future__ import annotations
 
 import collections
-from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ._controller import HeldState
 
 #: the default cap of the Engine's (and ``specdec serve``'s ``--cache-ram``) cache, MiB
 DEFAULT_MIB = 1024
@@ -35,13 +38,6 @@ def _common(a: np.ndarray, b: np.ndarray) -> int:
     return int(diff[0]) if diff.size else n
 
 
-@dataclass
-class _Entry:
-    tokens: np.ndarray
-    state: bytes
-    window_start: int     # the first position its sliding-window layers hold
-
-
 class PromptCache:
     """Saved slot states, least recently used first, at most ``max_mib`` MiB in all.
 
@@ -54,7 +50,7 @@ class PromptCache:
         self.max_bytes = int(max_mib * (1 << 20))
         self.recurrent = recurrent
         self.min_tokens = min_tokens
-        self._entries: "collections.OrderedDict[int, _Entry]" = collections.OrderedDict()
+        self._entries: "collections.OrderedDict[int, HeldState]" = collections.OrderedDict()
         self._next = 0
         self.n_bytes = 0
         self.hits = 0
@@ -77,7 +73,7 @@ class PromptCache:
         for key, e in self._entries.items():
             # a state that leaves the prompt before the slot's own does serves nothing more
             if _common(e.tokens, p) > best_n:
-                n = ctl.kept_prefix(e.tokens, p, e.window_start)
+                n = ctl.kept_prefix(e, p)
                 if n > best_n:
                     best, best_n = key, n
         if own < len(held) and not np.array_equal(held, p):    # the join loses some of it
@@ -86,7 +82,7 @@ class PromptCache:
             return 0
         e = self._entries[best]
         self._entries.move_to_end(best)
-        if not ctl.restore_held(slot, e.tokens.tolist(), e.state):
+        if not ctl.restore_held(slot, e):
             return 0
         self.hits += 1
         self.tokens_restored += best_n
@@ -106,23 +102,22 @@ class PromptCache:
                     ) and _common(e.tokens, held) == len(held):
                 self._entries.move_to_end(key)
                 return
-        start = ctl.saved_window_start(slot)
-        state = ctl.save_held(slot)
-        kept = len(self._entries[keep].state) if keep is not None else 0
-        if not state or kept + len(state) > self.max_bytes:
+        saved = ctl.save_held(slot)
+        kept = self._entries[keep].nbytes if keep is not None else 0
+        if saved is None or kept + saved.nbytes > self.max_bytes:
             return
         if whole:                   # a saved prefix of ``held`` serves nothing it does not
             for key in [k for k, e in self._entries.items() if k != keep and
                         len(e.tokens) < len(held) and _common(e.tokens, held) == len(e.tokens)]:
                 self._drop(key)
-        while self.n_bytes + len(state) > self.max_bytes:
+        while self.n_bytes + saved.nbytes > self.max_bytes:
             self._drop(next(k for k in self._entries if k != keep))
-        self._entries[self._next] = _Entry(held.copy(), state, start)
+        self._entries[self._next] = saved
         self._next += 1
-        self.n_bytes += len(state)
+        self.n_bytes += saved.nbytes
 
     def _drop(self, key: int) -> None:
-        self.n_bytes -= len(self._entries.pop(key).state)
+        self.n_bytes -= self._entries.pop(key).nbytes
 
     def clear(self) -> None:
         self._entries.clear()

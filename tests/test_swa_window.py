@@ -147,3 +147,72 @@ def test_verify_batches_fit_one_ubatch(g3):
     two = Context(g3, n_ctx=1024, n_batch=64, n_seq_max=2, kv_unified=False, swa_full=False)
     with pytest.raises(ValueError, match="one KV stream"):
         Controller(two, [create("ngram")], n_max=4)
+
+
+@pytest.mark.parametrize("swa_full", [False, True])
+def test_the_prompt_end_window_serves_the_same_prompt_again(g3, swa_full):
+    """A request that outruns the window keeps its prompt's end window (the controller's
+    prompt-end checkpoint): the same prompt, or one that leaves it near its end, is not
+    decoded again although the window of the slot's end no longer reaches back to it."""
+    ctx = Context(g3, n_ctx=1024, n_batch=N_BATCH, swa_full=swa_full)
+    d = create("ngram")
+    d.bind(ctx, 1)
+    ctl = Controller(ctx, [d], n_max=6)
+    p = _prompt(7)
+    n, a = _join(ctl, 0, p, 3 * W)
+    assert n == len(p)
+    assert ctl.reusable(0, p) == len(p) - 1
+    n, again = _join(ctl, 0, p, 3 * W)
+    assert n == 1 and again == a
+    assert_greedy(g3, p, a)
+    # another question after most of the same prompt: only the new tokens are decoded
+    q = p[:-W // 2] + [21, 22, 23]
+    n, b = _join(ctl, 0, q, 3 * W)
+    assert n == 3
+    assert_greedy(g3, q, b)
+    # that join cut back before p's checkpoint: q's own serves q again, and p where it
+    # leaves q within q's prompt-end window
+    assert ctl.reusable(0, q) == len(q) - 1
+    assert ctl.reusable(0, p) == len(p) - W // 2
+    n, c = _join(ctl, 0, p, 3 * W)
+    assert n == W // 2 and c == a
+
+
+def test_a_short_request_keeps_no_checkpoint(g3):
+    """Where prompt and answer fit in the window, the window of the end holds the prompt's:
+    no checkpoint is saved (and none is needed)."""
+    ctx = Context(g3, n_ctx=1024, n_batch=N_BATCH, swa_full=False)
+    ctl = Controller(ctx, [])
+    p = _prompt(8, n=12)
+    _join(ctl, 0, p, W - 12)
+    assert ctl.save_held(0).win_n == 0
+    assert ctl.reusable(0, p) == len(p) - 1
+    _join(ctl, 0, p, W)           # 12 + 32 tokens outrun the window: checkpoint
+    held = ctl.save_held(0)
+    assert held.win_n == len(p) and held.win_state
+    assert held.nbytes == len(held.state) + len(held.win_state)
+
+
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_the_prompt_cache_restores_a_prompt_that_comes_back(tiny_gemma3_path, drafter):
+    """Prompts taking turns on one slot: each comes back from the prompt cache with its
+    prompt-end window, so only its last token is decoded again, and the output is the
+    fresh decoder's, bit for bit, in exact mode."""
+    kw = dict(exact=True, n_ctx=1024, n_batch=N_BATCH, drafter=drafter, n_max=4)
+    dec = Decoder(tiny_gemma3_path, prompt_cache_mib=64, **kw)
+    fresh = Decoder(tiny_gemma3_path, prefix_reuse=False, **kw)
+    prompts = [_prompt(10 + i, n=100 + 30 * i) for i in range(3)]
+    first = [dec.generate(p, max_tokens=2 * W) for p in prompts]
+    for p, f in zip(prompts, first):
+        r = dec.generate(p, max_tokens=2 * W)
+        assert r.stats.n_prompt_decoded == 1
+        assert r.tokens == f.tokens == fresh.generate(p, max_tokens=2 * W).tokens
+    # the prompt with other tokens after it than its answer decodes only those
+    q = prompts[1] + [5, 6]
+    r = dec.generate(q, max_tokens=W)
+    assert r.stats.n_prompt_decoded == 2
+    # a cut further back than the window of the prompt's end is decoded again
+    q = prompts[1][:-4] + [5, 6]
+    r = dec.generate(q, max_tokens=W)
+    assert r.stats.n_prompt_decoded == len(q)
+    assert r.tokens == fresh.generate(q, max_tokens=W).tokens
