@@ -135,7 +135,7 @@ cdef class Controller:
         if exact and rs_snapshots and ctx.n_rollback < 1:
             raise ValueError("exact mode on a recurrent/hybrid target needs n_rollback >= 1")
         self.exact = exact
-        self.pad_equal = exact and not recurrent
+        self.pad_equal = exact and not self.ckpt
         self.n_ctx_seq = min(n_ctx_seq, ctx.n_ctx_seq) if n_ctx_seq > 0 else ctx.n_ctx_seq
         self.isolate = isolate
         self.errors = {}
@@ -637,10 +637,11 @@ cdef class Controller:
         A sequence with nothing to verify but its pending token gets a free guess (the
         pending token again), verified like a draft. On attention-only targets every
         sequence of the batch then gets the same number of rows, with throw-away rows
-        dropped after the decode: a context with a KV stream per sequence splits the
-        batch into ubatches of equal rows per sequence, and a sequence with more rows
-        than the others would have its last ones computed alone. Recurrent targets only
-        avoid a batch of a single row.
+        dropped after the decode: a context with a KV stream per sequence, and recurrent
+        memory, split the batch into ubatches of equal rows per sequence, and a sequence
+        with more rows than the others would have its last ones computed alone. Targets
+        rolled back by checkpoints only avoid a batch of a single row (a padding row would
+        make every round a partial accept, decoded again).
         """
         cdef _Seq s
         cdef int rows = 2
