@@ -92,6 +92,7 @@ cdef class Context:
         p.abort_callback_data = <void *> &self._stop
         if lazy_logits:
             self._head.enabled = True
+            self._head.batch_invariant = batch_invariant
             self._head.n_threads = n_threads
             p.cb_eval = sd_lm_head_cb
             p.cb_eval_user_data = <void *> self._head

@@ -733,8 +733,11 @@ cdef class Controller:
         cdef int a, i, k = s.k
         cdef int32_t y
         cdef Drafter d
-        if s.n_pad > 0 and not self.ckpt:
-            # (a checkpoint arch keeps them: only a sequence that fills its context pads)
+        # recurrent memory rolls back once per decode: its padding rows go with the rejected
+        # drafts below (a checkpoint arch keeps them: only a sequence that fills its context
+        # pads)
+        cdef bint rs = self.rs_cap >= 0
+        if s.n_pad > 0 and not self.ckpt and not rs:
             if not self.ctx.seq_rm_c(s.id, s.n_past + 1 + k, -1):
                 raise RuntimeError("could not drop the padding rows")
         if s.greedy:
@@ -750,7 +753,7 @@ cdef class Controller:
             if not self.ctx.seq_rm_c(s.id, s.n_past, -1):
                 raise RuntimeError(f"rollback of sequence {s.id} to {s.n_past} refused by llama.cpp")
             redo = True
-        elif a < k:
+        elif a < k or (rs and s.n_pad > 0):
             if not self.ctx.seq_rm_c(s.id, keep, -1):
                 raise RuntimeError(f"rollback of sequence {s.id} to {keep} refused by llama.cpp")
         # what the policy weighs is the whole verification: the decode, the lazy head's

@@ -303,6 +303,7 @@ cdef extern from "_lm_head.h" nogil:
     # the lazy LM head (see _lm_head.h)
     cppclass sd_lm_head:
         cbool enabled
+        cbool batch_invariant
         cbool active
         int n_threads
         int state

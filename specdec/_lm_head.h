@@ -115,6 +115,7 @@ static void sd_fused_q8_0(const char * w, size_t w_row, int64_t v0, int64_t v1, 
 struct sd_lm_head {
     // set by the owner
     bool enabled = false;   // stop decodes at the norm when we can
+    bool batch_invariant = false;   // exact mode: serve only where llama.cpp's head agrees
     bool active = false;    // this decode: stop at the norm (set before each llama_decode)
     int n_threads = 1;
     // discovered from the first normal decode: 0 unknown, 1 usable, -1 unusable
@@ -143,6 +144,60 @@ static inline void sd_lm_head_disable(sd_lm_head * h, const char * why) {
     h->why = why;
 }
 
+// Exact mode: the decodes the lazy head cannot serve (KV streams per sequence, a batch over
+// n_ubatch) keep llama.cpp's own head, whose kernel for 2 rows or more depends on the weight
+// type (tinyBLAS takes F32, F16, Q8_0, Q4_0, ...; K-quants stay on vec_dot) and may round
+// differently from the per-row vec_dot here, so the same row's logits would depend on how it
+// was batched. The lazy head then serves a batch-invariant context only if ggml's batched
+// matmul (reference kernels, as the context runs) gives its bits on some of the weight rows.
+static bool sd_lm_head_matches_batched(const sd_lm_head * h, ggml_type type) {
+    const int64_t m = h->n_vocab < 64 ? h->n_vocab : 64;
+    const int nr = 3;
+    const size_t w_bytes = (size_t) m * h->w_row;
+    const size_t need = w_bytes + (size_t) nr * (h->n_embd + m) * sizeof(float) +
+                        8 * ggml_tensor_overhead() + ggml_graph_overhead() + 1024;
+    ggml_init_params ip = { need, nullptr, false };
+    ggml_context * g = ggml_init(ip);
+    if (g == nullptr) return false;
+    ggml_tensor * w = ggml_new_tensor_2d(g, type, h->n_embd, m);
+    ggml_tensor * x = ggml_new_tensor_2d(g, GGML_TYPE_F32, h->n_embd, nr);
+    bool same = w->nb[1] == h->w_row;
+    if (same) {
+        memcpy(w->data, h->w_data, w_bytes);
+        float * xd = (float *) x->data;
+        uint32_t r = 12345;
+        for (int64_t i = 0; i < nr * h->n_embd; ++i) {
+            r = r * 1664525u + 1013904223u;
+            xd[i] = (float) ((int32_t) (r >> 8) - (1 << 23)) / (float) (1 << 22);
+        }
+        ggml_tensor * y = ggml_mul_mat(g, w, x);
+        ggml_cgraph * gf = ggml_new_graph(g);
+        ggml_build_forward_expand(gf, y);
+        ggml_backend_t cpu = ggml_backend_cpu_init();
+        same = cpu != nullptr;
+        if (same) {
+            ggml_backend_cpu_set_use_ref(cpu, true);
+            ggml_backend_cpu_set_n_threads(cpu, 1);
+            same = ggml_backend_graph_compute(cpu, gf) == GGML_STATUS_SUCCESS;
+            ggml_backend_free(cpu);
+        }
+        std::vector<uint8_t> q(h->q_row);
+        for (int j = 0; same && j < nr; ++j) {
+            const float * xj = xd + (size_t) j * h->n_embd;
+            if (h->from_float) h->from_float(xj, q.data(), h->n_embd);
+            const void * xv = h->from_float ? (const void *) q.data() : (const void *) xj;
+            const float * yj = (const float *) y->data + (size_t) j * m;
+            for (int64_t v = 0; same && v < m; ++v) {
+                float o;
+                h->vec_dot((int) h->n_embd, &o, 0, h->w_data + (size_t) v * h->w_row, 0, xv, 0, 1);
+                same = memcmp(&o, &yj[v], sizeof(float)) == 0;
+            }
+        }
+    }
+    ggml_free(g);
+    return same;
+}
+
 static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
     if (t->op != GGML_OP_MUL_MAT) return sd_lm_head_disable(h, "the LM head is not a plain matmul (softcap, scale or LoRA)");
     const ggml_tensor * w = t->src[0];
@@ -167,6 +222,8 @@ static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
     h->from_float = tw->vec_dot_type == GGML_TYPE_F32 ? nullptr : tq->from_float;
     h->q_row = ggml_row_size(tw->vec_dot_type, w->ne[0]);
     h->is_q8_0 = w->type == GGML_TYPE_Q8_0 && tw->vec_dot_type == GGML_TYPE_Q8_0;
+    if (h->batch_invariant && !sd_lm_head_matches_batched(h, w->type))
+        return sd_lm_head_disable(h, "exact mode: llama.cpp's head for 2+ rows rounds differently for this weight type");
     h->state = 1;
 }
 

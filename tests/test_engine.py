@@ -56,15 +56,17 @@ def test_exact_concurrent_requests_equal_their_runs_alone(exact_engine, tiny_den
     eng = exact_engine
     first = _alone(eng, _requests([[]] * 8))
     reqs = _requests(_stops_from([r.text for r in first]))
-    alone = _alone(eng, reqs)
+    alone = _alone(eng, reqs, logprobs=0)
     assert sum(r.finish_reason == "stop" for r in alone) >= 2
     rounds0 = eng.stats()["rounds"]
-    handles = [eng.submit(**r) for r in reqs]
+    handles = [eng.submit(**r, logprobs=0) for r in reqs]
     together = [h.result(timeout=120) for h in handles]
     rounds = eng.stats()["rounds"] - rounds0
     for r, a, t in zip(reqs, alone, together):
         assert t.tokens == a.tokens, r
         assert t.text == a.text and t.finish_reason == a.finish_reason
+        # the logits themselves, bit for bit: no row depends on what else was batched
+        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
     # they really ran together: far fewer rounds than the requests' own rounds added up
     assert rounds < 0.6 * sum(t.stats.rounds for t in together)
     assert sum(t.stats.drafted for t in together) > 0
@@ -249,6 +251,22 @@ def test_mtp_and_draft_model_drafters_per_slot(bigram_tiny_path, tiny_dense_path
         together = [h.result(60) for h in [eng.submit(p, max_tokens=30) for p in PROMPTS[:4]]]
     assert [t.tokens for t in together] == [a.tokens for a in alone]
     assert all(t.stats.accepted > 0 for t in together)
+
+
+def test_exact_hybrid_target_rows_do_not_depend_on_the_batch(tiny_qwen35_nomtp_path):
+    """Exact mode on a hybrid target rolled back by snapshots: every sequence of a verify
+    gets the same rows (llama.cpp splits recurrent batches into ubatches of equal rows per
+    sequence), so concurrent requests' logits equal their runs alone, bit for bit."""
+    reqs = [dict(prompt=p, max_tokens=m, drafter=d, n_max=n, logprobs=0) for p, m, d, n in
+            zip(PROMPTS[:6], MAX_TOKENS, DRAFTERS, [4, 2, 0, 3, 1, 4])]
+    with Engine(tiny_qwen35_nomtp_path, drafters=["ngram", "suffix", "ngram-map"], n_slots=4,
+                n_ctx=512, n_max=4, exact=True) as eng:
+        alone = _alone(eng, reqs)
+        together = [h.result(120) for h in [eng.submit(**r) for r in reqs]]
+    for r, a, t in zip(reqs, alone, together):
+        assert t.tokens == a.tokens, r
+        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
+    assert sum(t.stats.drafted for t in together) > 0
 
 
 @pytest.mark.parametrize("path", ["tiny_mamba2_path", "tiny_qwen3next_path"])
