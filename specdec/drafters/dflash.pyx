@@ -212,6 +212,13 @@ cdef class DFlashDrafter(Drafter):
         self.n_pend[seq] += 1
         return self.pend[seq].data() + need - self.width
 
+    cdef int _zero_to(self, int seq, int p) except -1:
+        """Zero features for the positions before ``p`` that entered the target without
+        rows to read (a reused prompt prefix)."""
+        while self.n_kv[seq] + self.n_pend[seq] < p:
+            memset(self._pend_row(seq), 0, self.width * sizeof(float))
+        return 0
+
     cdef int _inject(self, int seq) except -1:
         """Write the waiting features of ``seq`` into the draft's KV."""
         cdef int done = 0, m, j, P = self.width
@@ -253,9 +260,7 @@ cdef class DFlashDrafter(Drafter):
         cdef const float * src
         cdef float * dst
         self._truncate(seq, p0)
-        # positions that entered the target without rows (a reused prefix): zero features
-        while self.n_kv[seq] + self.n_pend[seq] < p0:
-            memset(self._pend_row(seq), 0, self.width * sizeof(float))
+        self._zero_to(seq, p0)
         for j in range(n):
             dst = self._pend_row(seq)
             for k in range(<int>self.lids.size()):
@@ -276,8 +281,7 @@ cdef class DFlashDrafter(Drafter):
             return 0
         cdef double t0 = now()
         self._truncate(seq, L)
-        while self.n_kv[seq] + self.n_pend[seq] < L:
-            memset(self._pend_row(seq), 0, self.width * sizeof(float))
+        self._zero_to(seq, L)
         if self.n_pend[seq] > 0:
             self._inject(seq)
         self.t_sync = now() - t0
