@@ -521,6 +521,8 @@ cdef class Controller:
             if s.n_past >= self.n_ctx_seq:
                 s.out.set_finish(CTX_FULL)
                 continue
+            if s.rounds == 0:
+                s.policy.begin_request()
             k_want = s.policy.cap()
             k_cap = min(k_want,
                         s.out.max_tokens - s.out.n_tokens,

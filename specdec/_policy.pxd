@@ -7,6 +7,7 @@ cdef class DraftPolicy:
     cdef readonly bint adaptive
     cdef vector[double] t_verify     # EMA of a verify decode of k+1 rows (seconds)
     cdef vector[double] n_verify
+    cdef vector[char] warmed         # lengths whose first verify (a new batch shape) was seen
     cdef vector[double] t_draft_cap  # EMA of a drafter call asked for c tokens (seconds)
     cdef vector[double] n_draft_cap
     cdef vector[double] ref_verify   # plain-round time (EMA) when t_verify[k] was measured
@@ -17,6 +18,7 @@ cdef class DraftPolicy:
     cdef int current                 # drafts verified in the last round
     cdef int last_cap                # tokens asked of the drafter in the last round
     cdef bint exploring              # this round verifies the least measured length
+    cdef bint probing                # this round probes a drafter that does not pay
     cdef long probe_gap              # rounds between probes of a drafter that does not pay
     cdef long last_probe             # round of the last such probe (0: none yet)
     cdef long n_drafts_seen          # rounds that verified a draft
@@ -38,9 +40,12 @@ cdef class DraftPolicy:
     cdef double _token_rate(self, int k) noexcept
     cdef int _best_cap(self, double * gain) noexcept
     cdef int _probe_cap(self) noexcept
+    cpdef void begin_request(self)
     cdef int cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept
     cdef double p_stop(self) noexcept
+    cdef bint _pays_if_all_accepted(self, int c) noexcept
+    cdef void _probed(self, bint paid) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
     cdef double _calibration(self) noexcept
     cdef void _predict(self, int k, double t_drafted) noexcept

@@ -101,6 +101,7 @@ cdef class DraftPolicy:
         self.adaptive = adaptive
         self.t_verify = vector[double](n_max + 1, 0.0)
         self.n_verify = vector[double](n_max + 1, 0.0)
+        self.warmed = vector[char](n_max + 1, 0)
         self.t_draft_cap = vector[double](n_max + 1, 0.0)
         self.n_draft_cap = vector[double](n_max + 1, 0.0)
         self.ref_verify = vector[double](n_max + 1, 0.0)
@@ -111,6 +112,7 @@ cdef class DraftPolicy:
         self.current = n_max
         self.last_cap = n_max
         self.exploring = False
+        self.probing = False
         self.probe_gap = PROBE_EVERY
         self.last_probe = 0
         self.n_drafts_seen = 0
@@ -245,9 +247,17 @@ cdef class DraftPolicy:
                 best = c
         return best
 
+    cpdef void begin_request(self):
+        """A request begins: its text may be one the drafter knows, whatever the last ones
+        taught the policy, so a drafter that does not pay is probed now, and then on the
+        shortest gap (the gap grown over earlier requests could outlast this one)."""
+        self.probe_gap = PROBE_EVERY
+        self.last_probe = 0
+
     cdef int cap(self) noexcept:
         """How many tokens to ask the drafter for this round."""
         self.exploring = False
+        self.probing = False
         if not self.adaptive or self.n_max == 0:
             return self.n_max
         self.rounds += 1
@@ -268,10 +278,9 @@ cdef class DraftPolicy:
             if self.n_drafts_seen >= MIN_TRIALS and self.rounds - self.last_probe < self.probe_gap:
                 self.last_cap = 0
                 return 0
-            if self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
-                self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
-            self.last_probe = self.rounds
+            # the probe's schedule moves on when it verified a draft (``choose``, ``observe``)
             self.exploring = True
+            self.probing = True
             # a free drafter is probed with everything it has, a costly one with the cap
             # that would pay best if deeper drafts were as good as the first
             best = self.n_max if self._drafting_nearly_free() else self._probe_cap()
@@ -289,6 +298,8 @@ cdef class DraftPolicy:
         if not self.adaptive:
             return proposed
         if proposed <= 0:
+            if self.probing and not self._drafting_nearly_free():
+                self._probed(False)      # a costly drafter's answer, empty or not, was the probe
             self._predict(0, t_drafted)
             return 0
         cdef int k, best = 0
@@ -301,11 +312,14 @@ cdef class DraftPolicy:
             for k in range(proposed - 1, 0, -1):
                 if self.n_verify[k] < self.n_verify[best]:
                     best = k
-            if self.n_verify[best] < MEASURED:
+            if self.n_verify[best] >= MEASURED:
+                # a probe verifies what it asked for: it is there to test the acceptance
+                # that the estimates rule out
+                best = proposed if self.probing else 0
+            if best > 0:
                 self.current = best
                 self._predict(best, t_drafted)
                 return best
-            best = 0
         cdef double r, best_rate = 1.0 / (t_drafted + self._verify_time(0))
         for k in range(1, proposed + 1):
             r = self._expected_tokens(k) / (t_drafted + self._verify_time(k))
@@ -337,11 +351,36 @@ cdef class DraftPolicy:
         self.predicted_tokens = self._expected_tokens(k)
         self.predicted_time = t_drafted + self._verify_time(k) if self.n_verify[k] > 0 else 0.0
 
+    cdef bint _pays_if_all_accepted(self, int c) noexcept:
+        """Whether the cap ``c`` would pay if every draft were accepted."""
+        return ((c + 1) * self._verify_time(0)
+                > (1.0 + MARGIN) * (self._draft_time(c) + self._verify_time(c)))
+
+    cdef void _probed(self, bint paid) noexcept:
+        """A probe was made. ``paid``: every draft it verified was accepted, and the cap would
+        pay at that rate; then the next probe follows at once (the text may have turned to one
+        the drafter knows: one probe cannot outweigh the ~50 rounds the acceptance estimates
+        remember, a run of them can). Otherwise the gap doubles while probes keep missing."""
+        if paid:
+            self.last_probe = self.rounds - self.probe_gap
+            return
+        if self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
+            self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
+        self.last_probe = self.rounds
+
     cdef void observe(self, int k, int a, double t_dec) noexcept:
         cdef int i
         if k > self.n_max or k < 0:
             return
-        if k == 0:
+        if self.probing and k > 0:
+            self._probed(a == k and self._pays_if_all_accepted(self.last_cap))
+        self.probing = False
+        # the first decode of a row count pays a one-off set-up of that batch shape (llama.cpp
+        # builds and allocates its graph; an RPC backend asks the servers, a round trip per
+        # new tensor shape; a GPU backend loads kernels): no sample of what the length costs
+        if not self.warmed[k]:
+            self.warmed[k] = 1
+        elif k == 0:
             _ema(self.t_verify, self.n_verify, 0, t_dec)
         else:
             _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,

@@ -184,3 +184,60 @@ def test_policy_times_follow_the_load_of_plain_rounds():
         pol._py_observe(0, 0, 0.020)
     tv = pol.state()["t_verify"]
     assert abs(tv[0] - 0.020) < 1e-4 and abs(tv[2] - 0.030) < 2e-4
+
+
+
+def _rpc_like_text(pol, rounds, p_match, p_accept, seen, rng):
+    """``rounds`` rounds of a free n-gram-like drafter: it finds a match (a draft of the whole
+    cap) in a ``p_match`` share of the rounds, each of its tokens right with ``p_accept``.
+    A decode of R rows costs t(R) = 25 ms + 6 ms R (over llama.cpp's RPC backend: round trips
+    make a large fixed part) plus 60 ms the first time R is decoded (the backend's one-off
+    set-up of a new batch shape). Returns the tokens per second of the rounds."""
+    tokens = t = 0.0
+    for _ in range(rounds):
+        c = pol._py_cap()
+        proposed = c if c and rng.random() < p_match else 0
+        k = pol._py_choose(proposed, 0.0) if c else 0
+        a = 0
+        while a < k and rng.random() < p_accept:
+            a += 1
+        tv = 0.025 + 0.006 * (k + 1) + (0.060 if k + 1 not in seen else 0.0)
+        seen.add(k + 1)
+        pol._py_observe(k, a, tv, 0.0)
+        tokens += a + 1
+        t += tv
+    return tokens / t
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("p_match,p_accept", [(0.4, 0.5), (0.3, 0.3), (0.5, 0.6)])
+def test_policy_drafts_again_when_the_text_turns_to_one_the_drafter_knows(p_match, p_accept, seed):
+    """A policy kept across requests (a Decoder's) learnt on code that its n-gram drafter does
+    not pay (few matches, half of them wrong); the next request repeats a passage, where 8
+    drafts a round, all accepted, pay 2.6x plain. Probes must find that within the request:
+    a request starts with a probe, a probe that found no match is no probe, one whose every
+    draft was accepted is followed by another, and the first decode of each length (a
+    one-off set-up) is no cost sample."""
+    import random
+    rng, seen = random.Random(seed), set()
+    pol = DraftPolicy(8, True)
+    _rpc_like_text(pol, 256, p_match, p_accept, seen, rng)
+    pol.begin_request()
+    rate = _rpc_like_text(pol, 128, 1.0, 1.0, seen, rng)
+    best = 9 / (0.025 + 0.006 * 9)
+    assert rate > 0.85 * best, (rate, best, pol.state())
+
+
+def test_policy_first_decode_of_a_length_is_no_cost_sample():
+    """The first decode of a row count pays a one-off set-up (graph allocation; an RPC
+    backend's round trip per new tensor shape, ~60 ms at 2 ms latency): taken for its cost it
+    would make that length look 2-3x dearer than it is, for dozens of rounds."""
+    pol = DraftPolicy(4, False)
+    pol._py_observe(0, 0, 0.090)
+    assert pol.state()["t_verify"][0] == 0.0
+    for _ in range(3):
+        pol._py_observe(0, 0, 0.030)
+    pol._py_observe(3, 3, 0.130)
+    pol._py_observe(3, 3, 0.050)
+    tv = pol.state()["t_verify"]
+    assert abs(tv[0] - 0.030) < 1e-12 and abs(tv[3] - 0.050) < 1e-12, tv
