@@ -46,7 +46,17 @@ while drafting is within 30% of plain) is a plain one, so ``tv(0)`` (the cost dr
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
 (a free drafter with all it has, a costly one with the cap that would pay best if
-deeper drafts were accepted as often as the first).
+deeper drafts were accepted as often as the first). A probe verifies what it asked for;
+a free drafter's empty answer (an n-gram drafter that found no match) is no probe, the
+next round asks again; a probe whose drafts were all accepted, at a cap that would then
+pay, is followed by another at once (one probe cannot outweigh the ~50 rounds the
+acceptance estimates remember; a run of them can); and each request begins with a probe
+on the shortest gap: a new text may be one the drafter knows.
+
+The first verify of each length is no cost sample: a backend's first decode of a new
+batch shape pays a one-off set-up (over llama.cpp's RPC backend a synchronous round trip
+per new tensor shape, ~60 ms at 2 ms latency against a ~30 ms decode). Averaged in, it made
+every length look 2-3x dearer than it is, and the policy stopped drafting.
 """
 from libcpp.vector cimport vector
 
