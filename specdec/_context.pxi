@@ -879,6 +879,28 @@ cdef class Context:
         self._alive()
         llama_perf_context_reset(self.ctx)
 
+    def warm_up(self, max_rows) -> None:
+        """Decode a batch of every row count from 1 to ``max_rows`` (every row an output, as
+        in a verify) on sequence 0 of an empty context, which it leaves empty. The first
+        decode of a batch shape pays a one-off set-up: over RPC one round trip per new tensor
+        shape (about 60 ms a row count at 2 ms one-way latency); after this, the first
+        requests' verifies, and the draft-length policy's first samples, do not."""
+        max_rows = _int_arg('max_rows', max_rows, I32_MIN, I32_MAX)
+        self._alive()
+        if not 1 <= max_rows <= min(self.n_batch, self.n_ctx_seq - 1):
+            raise ValueError(f"max_rows must be in [1, {min(self.n_batch, self.n_ctx_seq - 1)}], "
+                             f"got {max_rows}")
+        if any(self.seq_pos_max(s) >= 0 for s in range(self.n_seq_max)):
+            raise ValueError("warm_up needs an empty context")
+        batch = Batch(max_rows)
+        for n in range(1, max_rows + 1):
+            self.seq_rm(0)
+            batch.clear()
+            for i in range(n):
+                batch.add((i * 7919 + 17) % self.n_vocab, i, 0, True)
+            self.decode(batch)
+        self.seq_rm(0)
+
     # --- exact mode over RPC ------------------------------------------------------------
 
     def check_batch_invariance(self, max_rows) -> int:

@@ -259,10 +259,13 @@ cdef class DraftPolicy:
 
     cpdef void begin_request(self):
         """A request begins: its text may be one the drafter knows, whatever the last ones
-        taught the policy, so a drafter that does not pay is probed now, and then on the
-        shortest gap (the gap grown over earlier requests could outlast this one)."""
-        self.probe_gap = PROBE_EVERY
-        self.last_probe = 0
+        taught the policy, so a nearly free drafter (n-gram, suffix) that does not pay is
+        probed now, and then on the shortest gap (the gap grown over earlier requests could
+        outlast this one). A costly one keeps its gap: its first draft in a request would
+        first catch up on the whole prompt (an MTP head decodes every row it missed)."""
+        if self.adaptive and self._drafting_nearly_free():
+            self.probe_gap = PROBE_EVERY
+            self.last_probe = 0
 
     cdef int cap(self) noexcept:
         """How many tokens to ask the drafter for this round."""

@@ -129,6 +129,9 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
         mtp_hidden=nextn, lazy_logits=bool(lazy_logits), batch_invariant=exact, kv_unified=kv_unified)
     if exact and ctx.invariant_rows == 0:
         _check_invariance(ctx, max(verify_rows, 2))
+    elif model.is_remote:
+        # verify shapes set up before the first request (exact mode's check decodes them)
+        ctx.warm_up(min(n_max + 1, ctx.n_batch))
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)

@@ -222,6 +222,27 @@ def test_check_batch_invariance_arguments(gemma_split, gemma_flat):
             ctx.check_batch_invariance(4)
 
 
+def test_warm_up_decodes_every_verify_shape(gemma_split, gemma_flat):
+    """Over RPC the first decode of a batch shape pays a round trip per new tensor shape: a
+    Decoder of a remote target decodes each verify shape once at load, and leaves the
+    context empty."""
+    from specdec import Context
+    with Context(gemma_split, n_ctx=256, n_batch=64) as ctx:
+        with pytest.raises(ValueError, match="max_rows"):
+            ctx.warm_up(0)
+        with pytest.raises(ValueError, match="max_rows"):
+            ctx.warm_up(65)
+        ctx.warm_up(5)
+        assert ctx.seq_pos_max(0) == -1
+        assert ctx.perf()["n_p_eval"] + ctx.perf()["n_eval"] == 1 + 2 + 3 + 4 + 5
+    remote = Decoder(gemma_split, drafter="ngram", n_max=4)
+    assert remote.ctx.perf()["n_p_eval"] + remote.ctx.perf()["n_eval"] >= 15
+    assert remote.ctx.seq_pos_max(0) == -1
+    local = Decoder(gemma_flat, drafter="ngram", n_max=4)
+    assert (remote.generate(TEXT, max_tokens=16).tokens
+            == local.generate(TEXT, max_tokens=16).tokens)
+
+
 def test_gemma_all_remote_plain(servers, gemma_path, gemma_flat):
     m = Model(gemma_path, use_extra_bufts=False, n_gpu_layers=-1, rpc_servers=servers.split(","))
     assert (Decoder(m).generate(TEXT, max_tokens=24).tokens
