@@ -339,3 +339,16 @@ def test_tools_build_is_shared_by_copies_of_the_pinned_tree(tmp_path, monkeypatc
     assert [c[:2] for c in cmds] == [["cmake", "-S"], ["cmake", "--build"]]
     assert cmds[0][2] == str(mine.resolve())
     assert not (build / "bin" / "llama-bench").exists()         # the other tree's build went
+
+
+def test_thread_environment_is_reported_and_passive_waiting_warned(monkeypatch):
+    from specdec.benchmark import machine
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert machine.timing_warning() is None
+    assert "OMP_WAIT_POLICY" not in machine.describe(2)["timing_env"]
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "1000")
+    assert "OMP_WAIT_POLICY=PASSIVE" in machine.timing_warning()
+    env = machine.describe(2)["timing_env"]
+    assert env["OMP_WAIT_POLICY"] == "passive" and env["GOMP_SPINCOUNT"] == "1000"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from . import compare as gate
+from . import compare as gate, machine
 
 
 def parser() -> argparse.ArgumentParser:
@@ -78,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
     # tqdm.write keeps the progress bar (a terminal only) below the log lines
     log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
     name = args.matrix or "quick"
+    warning = machine.timing_warning()
+    if warning and not args.results:
+        print(f"specdec bench: warning: {warning}", file=sys.stderr)
     if args.case == ["serve"]:
         return _serve(args, log)
     if args.results:

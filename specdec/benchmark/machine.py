@@ -44,6 +44,31 @@ def git_commit() -> Optional[str]:
     return head + ("+dirty" if dirty else "")
 
 
+#: environment variables that change how llama.cpp's threads wait, and with it every timing
+TIMING_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "OMP_PROC_BIND",
+              "OMP_PLACES", "KMP_BLOCKTIME")
+
+
+def timing_env() -> Dict[str, str]:
+    """The :data:`TIMING_ENV` variables that are set."""
+    return {k: os.environ[k] for k in TIMING_ENV if k in os.environ}
+
+
+def timing_warning() -> Optional[str]:
+    """Why this environment's timings are not the machine's, or None.
+
+    With ``OMP_WAIT_POLICY=PASSIVE`` llama.cpp's OpenMP threads sleep at each of a decode's
+    few hundred barriers, and each wake-up costs tens of microseconds: gemma3-270m decodes
+    at half its speed, and the fixed cost of a decode, which speculation saves, is inflated.
+    Both sides of a comparison inherit it, so ratios stay side by side, but they are not
+    those of the machine as it is normally run."""
+    if os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE":
+        return ("OMP_WAIT_POLICY=PASSIVE is set: llama.cpp's threads sleep between graph "
+                "nodes, decodes run about half as fast and their fixed cost is inflated; "
+                "unset it for numbers that describe this machine")
+    return None
+
+
 def describe(threads: int) -> Dict[str, Any]:
     from .. import __version__
     from .._core import system_info
@@ -60,4 +85,5 @@ def describe(threads: int) -> Dict[str, Any]:
         "llama_cpp_pin": facts.LLAMA_CPP_PIN,
         "ggml": system_info(),
         "load_avg_start": round(os.getloadavg()[0], 2),
+        "timing_env": timing_env(),
     }

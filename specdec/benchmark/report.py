@@ -394,6 +394,9 @@ def markdown(results: Dict[str, Any]) -> str:
              f"llama-cpp-python {results['peers'].get('llama-cpp-python') or 'not run'}; "
              f"{s['reps']} alternating rounds, medians; wall time {results.get('wall_s', 0):.0f} s; "
              f"load average at start {m.get('load_avg_start')}.", ""]
+    if m.get("timing_env"):
+        env = ", ".join(f"{k}={v}" for k, v in m["timing_env"].items())
+        lines += [f"**Thread environment: {env}.**", ""]
     if s.get("inject_sleep_ms"):
         lines += [f"**Injected sleep: {s['inject_sleep_ms']:.0f} ms per specdec round** "
                   "(a deliberately slowed build).", ""]

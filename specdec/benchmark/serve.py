@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from . import prompts as prompt_sets
+from . import machine, prompts as prompt_sets
 from ..prompt_cache import DEFAULT_MIB as PROMPT_CACHE_MIB
 from .serve_load import LoadResult, Sample, run_load
 
@@ -187,6 +187,7 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             if res.errors:
                 rows[name][str(c)]["error_samples"] = res.errors[:3]
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
+                               "timing_env": machine.timing_env(),
                                "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
     best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS]
@@ -218,9 +219,12 @@ def _ratio(rows: Dict[str, Any], a: str, b: str, c: str) -> Optional[float]:
 
 def markdown(results: Dict[str, Any]) -> str:
     lines = [f"## Serving: {results['model']}, {results['threads']} threads, "
-             f"{results['n_gen']} tokens per request, n_max {results['n_max']}", "",
-             "| server | conc. | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | "
-             "TPOT ms | errors |", "|---|---|---|---|---|---|---|"]
+             f"{results['n_gen']} tokens per request, n_max {results['n_max']}", ""]
+    if results.get("timing_env"):
+        env = ", ".join(f"{k}={v}" for k, v in results["timing_env"].items())
+        lines += [f"**Thread environment: {env}.**", ""]
+    lines += ["| server | conc. | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | "
+              "TPOT ms | errors |", "|---|---|---|---|---|---|---|"]
 
     def ms(d: Dict[str, Optional[float]]) -> str:
         return " / ".join("-" if d[k] is None else f"{d[k]:.0f}" for k in ("p50", "p90", "p99"))
