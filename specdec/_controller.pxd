@@ -99,8 +99,10 @@ cdef class Controller:
     cdef int _propose(self, _Seq s, int k_cap) except -1
     cdef int _pad(self, list batch_seqs) except -1
     cdef int _shared_head(self, list in_batch) except -1
-    cdef int _save_checkpoints(self) except -1
-    cdef int _redecode(self) except -1
+    cdef list _decode_groups(self, list seqs, bint redo)
+    cdef int _decode_verify(self, list group) except -1
+    cdef int _save_checkpoints(self, list group) except -1
+    cdef int _redecode(self, list group) except -1
     cdef int _verify(self, _Seq s, double t_dec) except -1
     cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1
     cdef int _count(self, _Seq s, int k, int a) except -1

@@ -566,31 +566,13 @@ cdef class Controller:
             return 0
         if self.exact:
             self._pad(in_batch)
-        self.batch.clear_c()
-        for s in in_batch:
-            s.row0 = self.batch.b.n_tokens
-            self.batch.add_c(s.last, s.n_past, s.id, True)
-            for i in range(s.k):
-                self.batch.add_c(s.draft.tokens[i], s.n_past + 1 + i, s.id, True)
-            for i in range(s.n_pad):
-                self.batch.add_c(s.last, s.n_past + 1 + s.k + i, s.id, False)
-        lap(&self.clock, T_CONTROL)
-        if self.ckpt:
-            self._save_checkpoints()
-        self.ctx.decode_c(self.batch)
-        cdef double t_dec = lap(&self.clock, T_TARGET)
-        if len(in_batch) > 1:
-            self._shared_head(in_batch)
-            t_dec += lap(&self.clock, T_HEAD)
         self.n_rounds += 1
-        cdef int n_in = len(in_batch), n_rows = self.batch.b.n_tokens
-        if n_in > 1:
-            self.batch_cost.observe(n_rows, t_dec)
-        for s in in_batch:
-            s.rounds += 1
-            self._verify(s, self.batch_cost.share(t_dec, n_rows, n_in, s.k + 1 + s.n_pad))
+        cdef list group
+        for group in self._decode_groups(in_batch, False):
+            self._decode_verify(group)
         if self.ckpt:
-            self._redecode()
+            for group in self._decode_groups([s for s in self.seqs if s.redo], True):
+                self._redecode(group)
         for s in in_batch:
             s.row0 = -1
         lap(&self.clock, T_CONTROL)
@@ -603,6 +585,56 @@ cdef class Controller:
             if s.active and not s.prefilling and s.out.finish == RUNNING:
                 alive += 1
         return alive
+
+    cdef list _decode_groups(self, list seqs, bint redo):
+        """The decodes a round's sequences go in: one, except in exact mode on a target rolled
+        back by checkpoints, where each decode holds the sequences with the same rows.
+
+        llama.cpp splits a recurrent batch into ubatches of equal rows per sequence, so a
+        sequence with more rows than the others would have its last rows computed in a
+        ubatch of their own (a single row takes other kernels, and a gated delta net computes
+        a chunk of tokens in another order than the same tokens one chunk): its logits and
+        state would depend on the batch. Padding cannot even them there (each padding row
+        would make the round a rejection, the state restored and decoded again), so the
+        sequences of equal rows are decoded together, each group as when run alone."""
+        if not seqs:
+            return []
+        if not (self.exact and self.ckpt) or len(seqs) == 1:
+            return [seqs]
+        cdef dict by_rows = {}
+        cdef _Seq s
+        for s in seqs:
+            by_rows.setdefault(s.a + 2 if redo else s.k + 1, []).append(s)
+        return list(by_rows.values())
+
+    cdef int _decode_verify(self, list group) except -1:
+        """Decode ``last, d1..dk`` (and padding) of every sequence of ``group`` in one
+        batch, then verify each."""
+        cdef _Seq s
+        cdef int i
+        self.batch.clear_c()
+        for s in group:
+            s.row0 = self.batch.b.n_tokens
+            self.batch.add_c(s.last, s.n_past, s.id, True)
+            for i in range(s.k):
+                self.batch.add_c(s.draft.tokens[i], s.n_past + 1 + i, s.id, True)
+            for i in range(s.n_pad):
+                self.batch.add_c(s.last, s.n_past + 1 + s.k + i, s.id, False)
+        lap(&self.clock, T_CONTROL)
+        if self.ckpt:
+            self._save_checkpoints(group)
+        self.ctx.decode_c(self.batch)
+        cdef double t_dec = lap(&self.clock, T_TARGET)
+        if len(group) > 1:
+            self._shared_head(group)
+            t_dec += lap(&self.clock, T_HEAD)
+        cdef int n_in = len(group), n_rows = self.batch.b.n_tokens
+        if n_in > 1:
+            self.batch_cost.observe(n_rows, t_dec)
+        for s in group:
+            s.rounds += 1
+            self._verify(s, self.batch_cost.share(t_dec, n_rows, n_in, s.k + 1 + s.n_pad))
+        return 0
 
     cdef int _shared_head(self, list in_batch) except -1:
         """With the lazy LM head, the rows every sequence's verification will read, in two
@@ -642,13 +674,12 @@ cdef class Controller:
         dropped after the decode: a context with a KV stream per sequence, and recurrent
         memory, split the batch into ubatches of equal rows per sequence, and a sequence
         with more rows than the others would have its last ones computed alone. Targets
-        rolled back by checkpoints only avoid a batch of a single row (a padding row would
-        make every round a partial accept, decoded again).
+        rolled back by checkpoints are not padded (a padding row would make every round a
+        partial accept, decoded again): their sequences, each of two rows or more, are
+        decoded in groups of equal rows instead (``_decode_groups``).
         """
         cdef _Seq s
         cdef int rows = 2
-        if not self.pad_equal and len(in_batch) > 1:
-            return 0
         for s in in_batch:
             if s.k == 0 and s.n_past + 1 < self.n_ctx_seq and s.out.n_tokens < s.out.max_tokens:
                 s.draft.tokens.push_back(s.last)
@@ -657,6 +688,8 @@ cdef class Controller:
                 self.n_filler += 1
                 s.filler += 1
             rows = max(rows, s.k + 1)
+        if not self.pad_equal:
+            return 0
         for s in in_batch:
             s.n_pad = rows - s.k - 1
         if rows * len(in_batch) > self.max_rows:
@@ -664,21 +697,22 @@ cdef class Controller:
                                f"round (have {self.max_rows})")
         return 0
 
-    cdef int _save_checkpoints(self) except -1:
-        """Save the recurrent state of every sequence whose verify holds drafts (or the
-        exact-mode filler): a rejected one is rolled back by restoring it."""
+    cdef int _save_checkpoints(self, list group) except -1:
+        """Save the recurrent state of every sequence of ``group`` whose verify holds drafts
+        (or the exact-mode filler): a rejected one is rolled back by restoring it."""
         cdef _Seq s
-        for s in self.seqs:
+        for s in group:
             s.t_ckpt = 0.0
             s.redo = False
-            if s.active and s.out.finish == RUNNING and s.row0 >= 0 and s.k > 0:
+            if s.k > 0:
                 lap(&self.clock, T_CONTROL)
                 self.ctx.save_state_c(s.id, self.ckpt_flags, s.ckpt)
                 s.t_ckpt = lap(&self.clock, T_VERIFY)
         return 0
 
-    cdef int _redecode(self) except -1:
-        """Decode ``last, d1..da, y`` again for the sequences whose checkpoint was restored.
+    cdef int _redecode(self, list group) except -1:
+        """Decode ``last, d1..da, y`` again for the sequences of ``group`` (those whose
+        checkpoint was restored).
 
         ``y`` (the target's own token, already emitted) rides along: its row yields the
         next token, so the decode a rejection costs is also the next plain round, and
@@ -690,7 +724,7 @@ cdef class Controller:
         cdef int32_t z
         cdef Drafter d
         self.batch.clear_c()
-        for s in self.seqs:
+        for s in group:
             if not s.redo:
                 continue
             s.row0 = self.batch.b.n_tokens
@@ -705,7 +739,7 @@ cdef class Controller:
         lap(&self.clock, T_CONTROL)
         self.ctx.decode_c(self.batch)
         cdef double t_dec = lap(&self.clock, T_TARGET), t_head
-        for s in self.seqs:
+        for s in group:
             if not s.redo:
                 continue
             s.redo = False

@@ -253,14 +253,18 @@ def test_mtp_and_draft_model_drafters_per_slot(bigram_tiny_path, tiny_dense_path
     assert all(t.stats.accepted > 0 for t in together)
 
 
-def test_exact_hybrid_target_rows_do_not_depend_on_the_batch(tiny_qwen35_nomtp_path):
-    """Exact mode on a hybrid target rolled back by snapshots: every sequence of a verify
-    gets the same rows (llama.cpp splits recurrent batches into ubatches of equal rows per
-    sequence), so concurrent requests' logits equal their runs alone, bit for bit."""
+@pytest.mark.parametrize("path", ["tiny_qwen35_nomtp_path", "tiny_mamba2_path",
+                                  "tiny_qwen3next_path"])
+def test_exact_recurrent_target_rows_do_not_depend_on_the_batch(request, path):
+    """Exact mode on recurrent and hybrid targets: llama.cpp splits recurrent batches into
+    ubatches of equal rows per sequence, so every sequence of a verify decode gets the same
+    rows (padding, on qwen35 rolled back by snapshots; one decode per row count, on mamba2
+    and qwen3next rolled back by checkpoints), and concurrent requests' logits equal their
+    runs alone, bit for bit."""
     reqs = [dict(prompt=p, max_tokens=m, drafter=d, n_max=n, logprobs=0) for p, m, d, n in
             zip(PROMPTS[:6], MAX_TOKENS, DRAFTERS, [4, 2, 0, 3, 1, 4])]
-    with Engine(tiny_qwen35_nomtp_path, drafters=["ngram", "suffix", "ngram-map"], n_slots=4,
-                n_ctx=512, n_max=4, exact=True) as eng:
+    with Engine(request.getfixturevalue(path), drafters=["ngram", "suffix", "ngram-map"],
+                n_slots=4, n_ctx=512, n_max=4, exact=True) as eng:
         alone = _alone(eng, reqs)
         together = [h.result(120) for h in [eng.submit(**r) for r in reqs]]
     for r, a, t in zip(reqs, alone, together):
