@@ -50,8 +50,9 @@ deeper drafts were accepted as often as the first). A probe verifies what it ask
 a free drafter's empty answer (an n-gram drafter that found no match) is no probe, the
 next round asks again; a probe whose drafts were all accepted, at a cap that would then
 pay, is followed by another at once (one probe cannot outweigh the ~50 rounds the
-acceptance estimates remember; a run of them can); and each request begins with a probe
-on the shortest gap: a new text may be one the drafter knows.
+acceptance estimates remember; a run of them can); and each request of a nearly free
+drafter that was right within that memory begins with a probe on the shortest gap: a new
+text may be one the drafter knows.
 
 The first verify of each length is no cost sample: a backend's first decode of a new
 batch shape pays a one-off set-up (over llama.cpp's RPC backend a synchronous round trip
@@ -67,6 +68,7 @@ DEF DECAY = 0.98           # acceptance forgets old trials (an effective window 
 DEF EXPLORE_EVERY = 8
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
+DEF RIGHT_BEFORE = 0.25   # decayed first-draft acceptances: right within the estimates' memory
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF MEASURED = 8          # verify samples of a length before exploration stops choosing it
 DEF PLAIN_EVERY = 64
@@ -262,8 +264,12 @@ cdef class DraftPolicy:
         taught the policy, so a nearly free drafter (n-gram, suffix) that does not pay is
         probed now, and then on the shortest gap (the gap grown over earlier requests could
         outlast this one). A costly one keeps its gap: its first draft in a request would
-        first catch up on the whole prompt (an MTP head decodes every row it missed)."""
-        if self.adaptive and self._drafting_nearly_free():
+        first catch up on the whole prompt (an MTP head decodes every row it missed). So does
+        one none of whose drafts the acceptance estimates remember accepted (~50 verified
+        drafts): its probes would only cost, five a request of 256 tokens (5% of plain
+        decoding on a target rolled back by checkpoints, where a missed draft is decoded
+        again)."""
+        if self.adaptive and self._drafting_nearly_free() and self.s_alpha[1] >= RIGHT_BEFORE:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
 

@@ -228,6 +228,28 @@ def test_policy_drafts_again_when_the_text_turns_to_one_the_drafter_knows(p_matc
     assert rate > 0.85 * best, (rate, best, pol.state())
 
 
+def test_policy_does_not_probe_each_request_for_a_drafter_never_right():
+    """A free drafter none of whose drafts were accepted keeps the probe gap it grew over
+    earlier requests: probing it afresh each request (at 16, 32, 64, 128 rounds) would cost
+    five failed verifies a request of 256 tokens (5% of plain decoding on mamba2, whose
+    rollback decodes again). A drafter that was right keeps its fresh start (the test above)."""
+    import random
+    rng, seen = random.Random(0), set()
+    pol = DraftPolicy(4, True)
+    _rpc_like_text(pol, 512, 1.0, 0.0, seen, rng)
+    probes = []
+    for _ in range(3):
+        pol.begin_request()
+        drafted = 0
+        for _ in range(256):
+            c = pol._py_cap()
+            k = pol._py_choose(c, 0.0) if c else 0
+            drafted += k > 0
+            pol._py_observe(k, 0, 0.025 + 0.006 * (k + 1), 0.0)
+        probes.append(drafted)
+    assert max(probes) <= 2, probes
+
+
 def test_policy_first_decode_of_a_length_is_no_cost_sample():
     """The first decode of a row count pays a one-off set-up (graph allocation; an RPC
     backend's round trip per new tensor shape, ~60 ms at 2 ms latency): taken for its cost it
