@@ -273,6 +273,56 @@ def test_exact_recurrent_target_rows_do_not_depend_on_the_batch(request, path):
     assert sum(t.stats.drafted for t in together) > 0
 
 
+class _Guess(specdec.Drafter):
+    """Guesses from the last token alone (its repeats, or a hashed run of varying length), so
+    a request drafts the same whatever runs beside it, and some guesses are right."""
+
+    def __init__(self):
+        super().__init__("guess")
+
+    def propose(self, seq, last_token, n_max):
+        if last_token % 3 == 0:
+            return [last_token] * n_max
+        return [(last_token * 7 + 3 * i) % 200 + 3 for i in range(n_max - last_token % 2)]
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+@pytest.mark.parametrize("arch", ["mamba2", "qwen3next", "rwkv7", "gemma3"])
+def test_exact_random_loads_equal_their_runs_alone(model_file, arch, seed):
+    """Random loads in exact mode (slots, prompts, lengths, drafters, n_max, greedy and seeded
+    sampling, logprobs): every request's tokens and logprobs equal its run alone. Before the
+    equal-rows decodes, recurrent targets rolled back by checkpoints changed tokens here."""
+    import random
+
+    from specdec import testing
+
+    writers = {"mamba2": lambda p: testing.write_tiny_mamba2(p, seed=1),
+               "qwen3next": lambda p: testing.write_tiny_qwen3next(p, seed=2),
+               "rwkv7": lambda p: testing.write_tiny_rwkv7(p, seed=1),
+               "gemma3": testing.write_tiny_gemma3}
+    path = model_file(f"tiny-{arch}-load.gguf", writers[arch])
+    rnd = random.Random(seed)
+    reqs = []
+    for _ in range(rnd.randint(5, 9)):
+        n = rnd.randint(1, 60)
+        base = [rnd.randrange(3, 200) for _ in range(rnd.randint(1, 6))]
+        prompt = ((base * n)[:n] if rnd.random() < 0.5
+                  else [rnd.randrange(3, 250) for _ in range(n)])
+        sampling = (None if rnd.random() < 0.6 else
+                    Sampling(temperature=rnd.choice([0.5, 1.0]), seed=rnd.randrange(1000)))
+        reqs.append(dict(prompt=prompt, max_tokens=rnd.randint(1, 50), sampling=sampling,
+                         drafter=rnd.choice(["ngram", "plain", "ngram-map", "guess", "guess"]),
+                         n_max=rnd.randint(0, 6), logprobs=rnd.choice([0, 2])))
+    with Engine(path, drafters={"ngram": "ngram", "ngram-map": "ngram-map", "guess": _Guess()},
+                n_slots=rnd.choice([2, 3, 4]), n_ctx=256, n_max=6, exact=True) as eng:
+        alone = _alone(eng, reqs)
+        together = [h.result(120) for h in [eng.submit(**r) for r in reqs]]
+    for r, a, t in zip(reqs, alone, together):
+        assert t.tokens == a.tokens, r
+        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
+    assert sum(t.stats.drafted for t in together) > 0
+
+
 @pytest.mark.parametrize("path", ["tiny_mamba2_path", "tiny_qwen3next_path"])
 def test_recurrent_targets(request, path):
     """Rollback by n_rollback snapshots (mamba2) and by checkpoints (qwen3next), per slot."""
