@@ -352,3 +352,35 @@ def test_thread_environment_is_reported_and_passive_waiting_warned(monkeypatch):
     assert "OMP_WAIT_POLICY=PASSIVE" in machine.timing_warning()
     env = machine.describe(2)["timing_env"]
     assert env["OMP_WAIT_POLICY"] == "passive" and env["GOMP_SPINCOUNT"] == "1000"
+
+
+def test_spec_simple_runs_again_when_its_log_lost_the_counters(monkeypatch):
+    """llama.cpp's logger can lose the tail of a run's log: a log cut between the timing
+    lines and the counters is run again, not parsed into an error."""
+    import subprocess
+
+    from specdec.benchmark.llama_tools import run
+
+    head = ("0.00.001.000 I encoded   12 tokens in    0.010 seconds, speed: 1200.000 t/s\n"
+            "0.00.002.000 I decoded   20 tokens in    0.020 seconds, speed: 1000.000 t/s\n")
+    tail = ("0.00.002.001 I \n0.00.002.002 I n_draft   = 3\n0.00.002.003 I n_predict = 20\n"
+            "0.00.002.004 I n_drafted = 9\n0.00.002.005 I n_accept  = 6\n")
+    logs = [head, head + tail]
+    calls = []
+
+    def fake_run(cmd, capture_output):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, b"\n\n<bos>hi there" + b"\n\n\n\n",
+                                           logs[len(calls) - 1].encode())
+
+    monkeypatch.setattr(run, "tool", lambda name: name)
+    monkeypatch.setattr(run.subprocess, "run", fake_run)
+    res = run.run_spec_simple("m.gguf", "hi", 20, spec_type="ngram-mod", n_max=3)
+    assert len(calls) == 2
+    assert (res["text"], res["n_drafted"], res["n_accepted"], res["n_predict"]) == (" there", 9, 6, 20)
+
+    logs[:] = [head] * (run.LOST_LOG_RETRIES + 1)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="no complete summary"):
+        run.run_spec_simple("m.gguf", "hi", 20, spec_type="ngram-mod", n_max=3)
+    assert len(calls) == run.LOST_LOG_RETRIES + 1

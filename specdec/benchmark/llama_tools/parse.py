@@ -35,12 +35,24 @@ def flag_value(args: Sequence[str], flag: str, default: int) -> int:
     return value
 
 
-def stat(text: str, key: str) -> int:
+def _stat_match(text: str, key: str) -> re.Match[str] | None:
     # lines carry common_log's "M.SS.mmm.uuu I " prefix on stderr, so no ^ anchor
-    m = re.search(rf"\b{key}\s*=\s*(\d+)\s*$", text, re.M)
+    return re.search(rf"\b{key}\s*=\s*(\d+)\s*$", text, re.M)
+
+
+def stat(text: str, key: str) -> int:
+    m = _stat_match(text, key)
     if m is None:
         raise RuntimeError(f"llama-speculative-simple: no '{key} =' line in its summary")
     return int(m.group(1))
+
+
+def summary_complete(text: str) -> bool:
+    """Whether a llama-speculative-simple log holds every summary line we read: both timing
+    lines and the counters up to ``n_accept``, printed after them."""
+    return (RE_DECODED.search(text) is not None and RE_ENCODED.search(text) is not None
+            and _stat_match(text, "n_drafted") is not None
+            and _stat_match(text, "n_accept") is not None)
 
 
 _RE_CANDIDATE = re.compile(r"draft candidate\s+0, pos\s+(\d+):\s+(\d+)")

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .build import tool
-from .parse import RE_DECODED, RE_ENCODED, after_prompt, flag_value, parse_drafts, stat
+from .parse import (RE_DECODED, RE_ENCODED, after_prompt, flag_value, parse_drafts, stat,
+                    summary_complete)
 
 # llama-simple takes its prompt as one argv element; Linux caps a single
 # argument at MAX_ARG_STRLEN = 32 pages = 131072 bytes, terminating NUL included.
@@ -197,19 +198,20 @@ def run_spec_simple(
         f.flush()
         cmd += ["-f", f.name, *extra] + (["-v"] if drafts else [])
         # llama.cpp's logger writes from a thread and is never flushed at exit (common/log.cpp
-        # leaks it on purpose), so a run can lose the tail of its log, timing summary included:
-        # seen with -v in about 1 of 20 runs. The log is in order, so a run whose summary
-        # arrived lost nothing before it; a run without one is run again.
+        # leaks it on purpose), so a run can lose the tail of its log, summary included: seen
+        # with -v in about 1 of 20 runs, and without -v as a log cut between the timing lines
+        # and the counters. The log is in order, so a run whose whole summary arrived lost
+        # nothing before it; any other run is run again.
         for _ in range(LOST_LOG_RETRIES + 1):
             res = subprocess.run(cmd, capture_output=True)
             check(res, cmd)
             err = res.stderr.decode(errors="replace")
-            dec, enc = RE_DECODED.search(err), RE_ENCODED.search(err)
-            if dec is not None and enc is not None:
+            if summary_complete(err):
                 break
         else:
-            raise RuntimeError(f"llama-speculative-simple: no timing summary in "
+            raise RuntimeError(f"llama-speculative-simple: no complete summary in "
                                f"{LOST_LOG_RETRIES + 1} runs; the last ended:\n{err[-3000:]}")
+    dec, enc = RE_DECODED.search(err), RE_ENCODED.search(err)
     out = res.stdout.decode(errors="replace")
     # stdout is "\n\n" + prompt echo + generation + "\n\n" + "\n\n" (two LOG("\n\n") at the end)
     out = out[:-4] if out.endswith("\n\n\n\n") else out
