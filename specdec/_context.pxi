@@ -122,7 +122,7 @@ cdef class Context:
             # the CPU's kernels are made batch-invariant here; a GPU's and RPC servers' follow
             # their own rules: check_batch_invariance() finds out, and invariant_rows stays 0
             # (not known) until it has
-            self.invariant_rows = 0 if sd_set_batch_invariant(self.ctx, True) else -1
+            self.invariant_rows = 0 if sd_set_cpu_ref_kernels(self.ctx, True) else -1
         self.batch_invariant = batch_invariant
         self.mem = llama_get_memory(self.ctx)
         # llama.cpp allocates whole multiples of 256 positions; the context holds what was asked
@@ -143,6 +143,7 @@ cdef class Context:
         self._lazy_multi = ((p.kv_unified or self.n_seq_max == 1) and mtp_hidden is None
                             and not (model.is_recurrent or model.is_hybrid))
         self._rollback_trim = self._rollback_trim_possible()
+        self._interleaved_ref = sd_flash_attn(self.ctx) and not batch_invariant
         self._rollback_budget = vector[int32_t](self.n_seq_max, 0)
         self._last_n_tokens = 0
         self._mtp_hidden = 0
@@ -414,6 +415,10 @@ cdef class Context:
         cdef bint trim = self._rollback_trim
         cdef uint32_t n_trim = <uint32_t>min(self.n_rollback, most - 1)
         cdef bint remote = self.model.is_remote
+        # rows of 3+ sequences, none of them a tile's worth, in ubatches of a tile or more: the
+        # tiled attention would compute each tile against all their KV (see _batch_invariant.h)
+        cdef bint ref = (self._interleaved_ref and n_seqs_in >= 3 and most < SD_FA_TILE_Q
+                         and min(n, self.n_ubatch) >= SD_FA_TILE_Q)
         cdef double timeout = self.model._timeout
         cdef int rrc = SD_REMOTE_OK
         cdef string why
@@ -433,7 +438,11 @@ cdef class Context:
                 else:
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, n_trim)
+                    if ref:
+                        sd_set_cpu_ref_kernels(self.ctx, True)
                     rc = sd_decode(self.ctx, b)
+                    if ref:
+                        sd_set_cpu_ref_kernels(self.ctx, False)
                     if trim:
                         sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rollback)
         finally:

@@ -293,8 +293,11 @@ cdef extern from "_rs_graph.h" nogil:
 
 
 cdef extern from "_batch_invariant.h" nogil:
-    # batch-invariant CPU kernels for exact mode (see _batch_invariant.h)
-    int sd_set_batch_invariant(llama_context * ctx, cbool on)
+    # the CPU's reference kernels: batch-invariant (exact mode), and faster for a batch of
+    # several sequences' rows (see _batch_invariant.h)
+    int sd_set_cpu_ref_kernels(llama_context * ctx, cbool on)
+    cbool sd_flash_attn(llama_context * ctx)
+    const int SD_FA_TILE_Q
     vector[string] sd_backend_names(llama_context * ctx)
     ggml_backend_dev_t sd_ref_cpu_device_of(ggml_backend_dev_t base)
 
