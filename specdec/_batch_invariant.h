@@ -43,13 +43,6 @@
 // 8 sequences x 9 rows 308 -> 211 ms; 16 x 5 rows 622 -> 253 ms; 3 x 22 rows 276 -> 204 ms.
 // For a single sequence (a prompt's chunk) the tiled kernels are faster: 128 rows 217 -> 321 ms
 // with the switch, so it stays off there.
-// query rows per tile of ggml-cpu's tiled attention (GGML_FA_TILE_Q in ggml-cpu/common.h)
-#define SD_FA_TILE_Q 64
-
-static inline bool sd_flash_attn(llama_context * ctx) {
-    return ctx->get_cparams().flash_attn;
-}
-
 static inline int sd_set_cpu_ref_kernels(llama_context * ctx, bool on) {
     ggml_backend_sched_t sched = ctx->get_sched();
     const int n = ggml_backend_sched_get_n_backends(sched);
@@ -63,6 +56,13 @@ static inline int sd_set_cpu_ref_kernels(llama_context * ctx, bool on) {
         }
     }
     return others;
+}
+
+// query rows per tile of ggml-cpu's tiled attention (GGML_FA_TILE_Q in ggml-cpu/common.h)
+#define SD_FA_TILE_Q 64
+
+static inline bool sd_flash_attn(llama_context * ctx) {
+    return ctx->get_cparams().flash_attn;
 }
 
 // the names of the context's backends, in the scheduler's order (a GPU's, "RPC[host:port]",

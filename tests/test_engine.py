@@ -52,6 +52,17 @@ def _alone(eng, reqs, **kw):
     return [eng.submit(**r, **kw).result() for r in reqs]
 
 
+def _together(eng, reqs, timeout=120):
+    return [h.result(timeout) for h in [eng.submit(**r) for r in reqs]]
+
+
+def _assert_equal_bit_for_bit(reqs, alone, together):
+    """Each request's tokens and logprobs together equal its run alone."""
+    for r, a, t in zip(reqs, alone, together):
+        assert t.tokens == a.tokens, r
+        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
+
+
 def test_exact_concurrent_requests_equal_their_runs_alone(exact_engine, tiny_dense_path):
     eng = exact_engine
     first = _alone(eng, _requests([[]] * 8))
@@ -223,7 +234,7 @@ def test_gemma_concurrent_requests_equal_their_runs_alone(gemma_path):
         reqs = [dict(prompt=p, max_tokens=m, drafter=d, stop=s) for p, m, d, s in
                 zip(prompts, MAX_TOKENS, drafters, _stops_from([r.text for r in first]))]
         alone = _alone(eng, reqs)
-        together = [h.result(300) for h in [eng.submit(**r) for r in reqs]]
+        together = _together(eng, reqs, 300)
     for r, a, t in zip(reqs, alone, together):
         assert (t.tokens, t.text) == (a.tokens, a.text), r
     assert sum(a.finish_reason == "stop" for a in alone) >= 2
@@ -266,10 +277,8 @@ def test_exact_recurrent_target_rows_do_not_depend_on_the_batch(request, path):
     with Engine(request.getfixturevalue(path), drafters=["ngram", "suffix", "ngram-map"],
                 n_slots=4, n_ctx=512, n_max=4, exact=True) as eng:
         alone = _alone(eng, reqs)
-        together = [h.result(120) for h in [eng.submit(**r) for r in reqs]]
-    for r, a, t in zip(reqs, alone, together):
-        assert t.tokens == a.tokens, r
-        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
+        together = _together(eng, reqs)
+    _assert_equal_bit_for_bit(reqs, alone, together)
     assert sum(t.stats.drafted for t in together) > 0
 
 
@@ -316,10 +325,8 @@ def test_exact_random_loads_equal_their_runs_alone(model_file, arch, seed):
     with Engine(path, drafters={"ngram": "ngram", "ngram-map": "ngram-map", "guess": _Guess()},
                 n_slots=rnd.choice([2, 3, 4]), n_ctx=256, n_max=6, exact=True) as eng:
         alone = _alone(eng, reqs)
-        together = [h.result(120) for h in [eng.submit(**r) for r in reqs]]
-    for r, a, t in zip(reqs, alone, together):
-        assert t.tokens == a.tokens, r
-        assert [x.logprob for x in t.logprobs] == [x.logprob for x in a.logprobs], r
+        together = _together(eng, reqs)
+    _assert_equal_bit_for_bit(reqs, alone, together)
     assert sum(t.stats.drafted for t in together) > 0
 
 
