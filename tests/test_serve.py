@@ -196,6 +196,10 @@ BAD = [
     ("/v1/chat/completions", {"messages": HELLO, "specdec": 3}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "chat_template_kwargs": []}, None, 400),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 4000}]}, None, 413),
+    # lone surrogates (valid JSON escapes, no UTF-8): quoted back in errors, never a 500
+    ("/v1/chat/completions", None, b'{"model": "x\\udfff", "messages": [{"role": "user"}]}',
+     404),
+    ("/v1/completions", None, b'{"prompt": "x", "stop": ["\\ud800"], "stream": true}', 400),
     ("/v1/completions", {"model": "tiny"}, None, 400),
     ("/v1/completions", {"prompt": ""}, None, 400),
     ("/v1/completions", {"prompt": []}, None, 400),

@@ -31,6 +31,9 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, *, param: Optional[str] = None,
                  code: Optional[str] = None, type: str = "invalid_request_error") -> None:
+        # a client's text quoted back (a model name, a stop string) may hold lone surrogates,
+        # which no UTF-8 body can carry
+        message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status = status
         self.message = message
@@ -120,6 +123,11 @@ def _stop(body: Mapping[str, Any]) -> List[str]:
     if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v) or len(v) > MAX_STOP:
         raise bad(f"'stop' must be a non-empty string or a list of at most {MAX_STOP} of them",
                   "stop")
+    for s in v:
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            raise bad(f"'stop' strings must be valid Unicode text, got {s!r:.40}", "stop") from None
     return list(v)
 
 
