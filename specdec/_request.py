@@ -44,6 +44,10 @@ def stop_list(stop: StopSpec) -> List[str]:
             raise TypeError(f"stop strings must be str or bytes, got {type(s).__name__}")
         if not s:
             raise ValueError("stop strings must not be empty")
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:   # a lone surrogate: no text the model writes can hold it
+            raise ValueError(f"stop string {s!r} is not valid Unicode text") from None
         out.append(s)
     return out
 

@@ -176,6 +176,8 @@ def test_bad_requests_raise_at_submit(exact_engine):
         eng.submit([1] * 5000)
     with pytest.raises(ValueError, match="logprobs"):
         eng.submit([1, 2], logprobs=99)
+    with pytest.raises(ValueError, match="stop string"):
+        eng.submit([1, 2], stop=["ok", "\ud800"])     # a lone surrogate: no UTF-8 to match
     assert eng.submit([1, 2], max_tokens=3).result(30).finish_reason in ("length", "eos")
 
 

@@ -123,11 +123,6 @@ def _stop(body: Mapping[str, Any]) -> List[str]:
     if not isinstance(v, list) or not all(isinstance(s, str) and s for s in v) or len(v) > MAX_STOP:
         raise bad(f"'stop' must be a non-empty string or a list of at most {MAX_STOP} of them",
                   "stop")
-    for s in v:
-        try:
-            s.encode("utf-8")
-        except UnicodeEncodeError:
-            raise bad(f"'stop' strings must be valid Unicode text, got {s!r:.40}", "stop") from None
     return list(v)
 
 
