@@ -81,6 +81,23 @@ def _tojson(value: Any, ensure_ascii: bool = False, indent: Optional[int] = None
                       sort_keys=sort_keys)
 
 
+@functools.lru_cache(maxsize=1)
+def _generation_tag() -> type:
+    """``{% generation %}...{% endgeneration %}``, which HF templates wrap around the
+    assistant's text for training masks: its body renders as is (as in transformers and
+    llama.cpp)."""
+    from jinja2.ext import Extension
+
+    class GenerationTag(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return GenerationTag
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(source: str) -> Callable[..., str]:
     import jinja2
@@ -88,7 +105,7 @@ def _compile(source: str) -> Callable[..., str]:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[loopcontrols, _generation_tag()])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now

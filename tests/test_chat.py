@@ -161,6 +161,41 @@ def test_bad_templates(source, match):
         ChatTemplate(source).render(TALK)
 
 
+#: every template llama.cpp's pinned tree collects from real models (built with it; absent in
+#: an installed-package test run)
+LLAMA_TEMPLATES = Path(__file__).parent.parent / "subprojects" / "llama.cpp" / "models" / "templates"
+#: those that refuse a plain chat by design: they need the caller's ``functions``
+NEEDS_VARIABLES = {"fireworks-ai-llama-3-firefunction-v2.jinja"}
+
+
+@pytest.mark.skipif(not LLAMA_TEMPLATES.is_dir(), reason="no llama.cpp source tree here")
+def test_every_llama_cpp_template_renders_a_chat():
+    """The real templates of llama.cpp's collection render a 3-turn chat in order, with and without
+    the generation prompt; ``{% generation %}`` blocks (LFM2.5, Laguna) render as is."""
+    files = sorted(LLAMA_TEMPLATES.glob("*.jinja"))
+    assert len(files) > 40
+    failed = []
+    for f in files:
+        t = ChatTemplate(f.read_text(), bos_token="<s>", eos_token="</s>")
+        try:
+            out = t.render(TALK)
+            closed = t.render(TALK, add_generation_prompt=False)
+        except ChatTemplateError as e:
+            if f.name not in NEEDS_VARIABLES:
+                failed.append(f"{f.name}: {e}")
+            continue
+        at = [out.find(m["content"]) for m in TALK]
+        if not (0 <= at[0] < at[1] < at[2]) or len(closed) > len(out):
+            failed.append(f"{f.name}: turns out of order or generation prompt missing")
+    assert not failed, failed
+
+
+def test_generation_blocks_render_their_body():
+    src = ("{% for m in messages %}{% if m.role == 'assistant' %}{%- generation -%}"
+           "[{{ m.content }}]{%- endgeneration -%}{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    assert ChatTemplate(src).render(TALK) == "Hello[Hi there]Who are you?"
+
+
 @pytest.mark.parametrize("messages, match", [
     ("hello", "list"),
     ([], "empty"),
