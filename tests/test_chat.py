@@ -170,8 +170,8 @@ NEEDS_VARIABLES = {"fireworks-ai-llama-3-firefunction-v2.jinja"}
 
 @pytest.mark.skipif(not LLAMA_TEMPLATES.is_dir(), reason="no llama.cpp source tree here")
 def test_every_llama_cpp_template_renders_a_chat():
-    """The real templates of llama.cpp's collection render a 3-turn chat in order, with and without
-    the generation prompt; ``{% generation %}`` blocks (LFM2.5, Laguna) render as is."""
+    """The real templates of llama.cpp's collection render a 3-turn chat in order, with and
+    without the generation prompt; ``{% generation %}`` blocks (LFM2.5, Laguna) render as is."""
     files = sorted(LLAMA_TEMPLATES.glob("*.jinja"))
     assert len(files) > 40
     failed = []
