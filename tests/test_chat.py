@@ -163,7 +163,8 @@ def test_bad_templates(source, match):
 
 #: every template llama.cpp's pinned tree collects from real models (built with it; absent in
 #: an installed-package test run)
-LLAMA_TEMPLATES = Path(__file__).parent.parent / "subprojects" / "llama.cpp" / "models" / "templates"
+LLAMA_TEMPLATES = (Path(__file__).parent.parent / "subprojects" / "llama.cpp" / "models"
+                   / "templates")
 #: those that refuse a plain chat by design: they need the caller's ``functions``
 NEEDS_VARIABLES = {"fireworks-ai-llama-3-firefunction-v2.jinja"}
 
