@@ -231,6 +231,6 @@ def chat_prompt(model: Model, messages: Sequence[Message], *,
     eot = tmpl.end_of_turn
     if eot and eot != tmpl.eos_token:
         ids = model.tokenize(eot, add_special=False, parse_special=True)
-        if not (len(ids) == 1 and model.is_eog(ids[0])):
+        if ids and not model.is_eog(ids[0]):    # an end-of-generation token ends it already
             stop.append(eot)
     return ChatPrompt(text=text, tokens=tokens, stop=stop)

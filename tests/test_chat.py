@@ -130,6 +130,16 @@ def test_text_end_of_turn_becomes_a_stop_string(no_template_model, tmp_path):
         assert "".join(dec.stream_chat([{"role": "user", "content": "x"}])) == "AB"
 
 
+def test_turn_end_that_opens_with_an_eog_token_needs_no_stop_string(models):
+    """Command-R's template writes more after the assistant's end-of-turn token, on the same
+    line; generation ends at that token, so nothing of the line becomes a stop string."""
+    tmpl = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>"
+            "{% if m.role == 'assistant' %}<|im_start|>system\nThen act.{% endif %}\n"
+            "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert ChatTemplate(tmpl).end_of_turn == "<|im_end|><|im_start|>system"
+    assert chat_prompt(models["chatml"], TALK, chat_template=tmpl).stop == []
+
+
 def test_template_globals_and_variables(models):
     """The Llama 3.2 template dates its system turn with strftime_now unless given date_string."""
     import datetime
