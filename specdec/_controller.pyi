@@ -35,7 +35,8 @@ class Controller:
     def error(self, seq: int) -> Optional[BaseException]: ...
     def join(self, seq: int, prompt: Sequence[int], *, max_tokens: int, seed: int = 0,
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
-             stop: Sequence[bytes] = (), drafters: Optional[Sequence[Drafter]] = None,
+             stop: Sequence[bytes] = (), stop_ids: Sequence[int] = (),
+             drafters: Optional[Sequence[Drafter]] = None,
              n_max: int = 0, n_min: int = 0, policy: Optional[DraftPolicy] = None,
              logprobs: int = -1, reuse: bool = False, defer: bool = False) -> int: ...
     def prefill(self, seq: int, max_tokens: int = 0) -> bool: ...

@@ -167,13 +167,14 @@ cdef class Controller:
     # --- requests join and leave between rounds -----------------------------------------
 
     def join(self, int seq, prompt, *, int max_tokens, seed=0, float temperature=0.0,
-             int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), drafters=None,
-             int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
+             int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), stop_ids=(),
+             drafters=None, int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
              bint reuse=False, bint defer=False) -> int:
         """Begin a request on free slot ``seq``: decode its prompt and sample the first token.
 
         ``prompt``: checked token ids. ``drafters``: a subset of the controller's, tried
-        in order (None: all of them). ``stop``: checked UTF-8 byte strings. ``logprobs``:
+        in order (None: all of them). ``stop``: checked UTF-8 byte strings; ``stop_ids``:
+        checked token ids that end it as its EOG tokens do. ``logprobs``:
         -1 none, else how many top alternatives to keep per token. ``reuse``: keep the KV
         of the longest prefix the slot still holds (attention-only targets at any point;
         recurrent/hybrid ones only where the held state ends). ``defer``: decode nothing
@@ -210,7 +211,7 @@ cdef class Controller:
         s.sp.top_p = top_p
         s.sp.min_p = min_p
         s.rng = Rng(seed)
-        s.out = TextOutput(self.model, max_tokens, stop, logprobs)
+        s.out = TextOutput(self.model, max_tokens, stop, logprobs, stop_ids)
         self.errors.pop(seq, None)
         s.kind = NO_DRAFT
         s.row0 = -1

@@ -7,7 +7,7 @@ from ._core cimport Model
 cpdef enum Finish:
     RUNNING = 0
     STOP_EOG = 1      # the model's end-of-generation token
-    STOP_STRING = 2   # a stop string
+    STOP_STRING = 2   # a stop string or a stop token id
     LENGTH = 3        # max_tokens
     CTX_FULL = 4      # the sequence filled its context
     FAILED = 5        # its drafter failed (the controller keeps the error)
@@ -16,6 +16,7 @@ cpdef enum Finish:
 cdef class TextOutput:
     cdef Model model
     cdef vector[string] stops
+    cdef vector[int32_t] stop_ids  # tokens that end the sequence, as its EOG tokens do
     cdef readonly int max_tokens
     cdef readonly int finish
     cdef vector[int32_t] tokens

@@ -18,13 +18,16 @@ _FINISH = {RUNNING: None, STOP_EOG: "eos", STOP_STRING: "stop", LENGTH: "length"
 
 
 cdef class TextOutput:
-    """TextOutput(model, max_tokens, stops=(), n_top=-1)
+    """TextOutput(model, max_tokens, stops=(), n_top=-1, stop_ids=())
 --
 
     ``stops``: checked, non-empty UTF-8 byte strings (the API validates them).
-    ``n_top``: -1 keeps no logprobs; 0 keeps the chosen token's; k > 0 also the k best."""
+    ``n_top``: -1 keeps no logprobs; 0 keeps the chosen token's; k > 0 also the k best.
+    ``stop_ids``: token ids that end the sequence like an end-of-generation token (left out
+    of the output), finishing it with "stop"."""
 
-    def __init__(self, Model model not None, int max_tokens, stops=(), int n_top=-1):
+    def __init__(self, Model model not None, int max_tokens, stops=(), int n_top=-1,
+                 stop_ids=()):
         assert max_tokens > 0, "max_tokens is checked by the API"
         self.model = model
         self.max_tokens = max_tokens
@@ -32,6 +35,9 @@ cdef class TextOutput:
         for s in stops:
             assert isinstance(s, bytes) and s, "stop strings are checked by the API"
             self.stops.push_back(s)
+        for t in stop_ids:
+            assert 0 <= t < model.n_vocab, "stop token ids are checked by the API"
+            self.stop_ids.push_back(t)
 
     cdef bint push(self, int32_t tok, const float * logits) except -1:
         """Append one token; True when the sequence is finished.
@@ -48,6 +54,10 @@ cdef class TextOutput:
         if self.model.is_eog_c(tok):
             self.finish = STOP_EOG
             return True
+        for i in range(self.stop_ids.size()):
+            if self.stop_ids[i] == tok:
+                self.finish = STOP_STRING
+                return True
         if self.n_top >= 0 and logits != NULL:
             n = self.top_ids.size()
             self.top_ids.resize(n + self.n_top)

@@ -52,6 +52,23 @@ def stop_list(stop: StopSpec) -> List[str]:
     return out
 
 
+def stop_id_list(model: Model, stop_token_ids: Any) -> List[int]:
+    """Token ids that end a request, checked up front: ints in the vocabulary."""
+    if stop_token_ids is None:
+        return []
+    if isinstance(stop_token_ids, (str, bytes)) or not isinstance(stop_token_ids, Iterable):
+        raise TypeError("stop_token_ids must be a list of token ids, got "
+                        f"{type(stop_token_ids).__name__}")
+    out = []
+    for t in stop_token_ids:
+        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+            raise TypeError(f"stop token ids must be ints, got {type(t).__name__}")
+        if not 0 <= t < model.n_vocab:
+            raise ValueError(f"stop token id {t} out of range [0, {model.n_vocab})")
+        out.append(int(t))
+    return out
+
+
 def check_max_tokens(max_tokens: Any) -> int:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens < 2**31:
         raise ValueError(f"max_tokens must be an int in [1, 2**31), got {max_tokens!r}")
@@ -104,21 +121,25 @@ class Request:
     seed: int
     stops: Tuple[str, ...]
     logprobs: int            # -1: none
+    stop_ids: Tuple[int, ...] = ()
 
     @classmethod
     def make(cls, model: Model, n_ctx_seq: int, prompt: Prompt, max_tokens: Any,
-             sampling: SamplingSpec, stop: StopSpec, logprobs: Any = None) -> "Request":
+             sampling: SamplingSpec, stop: StopSpec, logprobs: Any = None,
+             stop_token_ids: Any = None) -> "Request":
         s = Sampling.resolve(sampling)
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         return cls(prompt=check_prompt(model, prompt, n_ctx_seq),
                    max_tokens=check_max_tokens(max_tokens), sampling=s, seed=seed,
-                   stops=tuple(stop_list(stop)), logprobs=check_logprobs(logprobs))
+                   stops=tuple(stop_list(stop)), logprobs=check_logprobs(logprobs),
+                   stop_ids=tuple(stop_id_list(model, stop_token_ids)))
 
     def join_args(self, seed_offset: int = 0) -> Dict[str, Any]:
         s = self.sampling
         return dict(max_tokens=self.max_tokens, seed=(self.seed + seed_offset) % 2**64,
                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
-                    stop=[x.encode("utf-8") for x in self.stops], logprobs=self.logprobs)
+                    stop=[x.encode("utf-8") for x in self.stops], stop_ids=list(self.stop_ids),
+                    logprobs=self.logprobs)
 
 
 def logprob_list(raw: Optional[List[Any]]) -> Optional[List[TokenLogprob]]:

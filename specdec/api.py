@@ -225,7 +225,7 @@ class Decoder:
         return tokenize(self.model, prompt)
 
     def _begin(self, prompts: List[Prompt], max_tokens: int, sampling: SamplingSpec,
-               stop: StopSpec, logprobs: Any = None) -> List[int]:
+               stop: StopSpec, logprobs: Any = None, stop_token_ids: Any = None) -> List[int]:
         """Check the requests, then join them on sequences 0..n-1; returns those sequences."""
         if not prompts:
             raise ValueError("no prompts")
@@ -233,7 +233,7 @@ class Decoder:
             raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
                              f"{self.ctx.n_seq_max}")
         reqs = [Request.make(self.model, self._ctl.n_ctx_seq, p, max_tokens, sampling, stop,
-                             logprobs) for p in prompts]
+                             logprobs, stop_token_ids) for p in prompts]
         # the adaptive policy learns over this decoder's requests (greedy and sampled
         # verification accept differently, so each keeps its own)
         greedy = reqs[0].sampling.greedy
@@ -290,39 +290,46 @@ class Decoder:
     # --- public ------------------------------------------------------------------------
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
-                 stop: StopSpec = (), logprobs: Union[bool, int, None] = None
-                 ) -> GenerationResult:
+                 stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
+                 stop_token_ids: Sequence[int] = ()) -> GenerationResult:
         """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids).
 
+        ``stop``: strings that end the text (left out of it); ``stop_token_ids``: tokens
+        that end it as the model's end-of-generation tokens do (a control token such as a
+        chat turn's end, whose text is empty). Either finishes with ``"stop"``.
         ``logprobs``: True for each token's log-probability, an int k for the k best
         alternatives too (``GenerationResult.logprobs``)."""
         self._acquire()
         try:
-            self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs))
+            self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs,
+                                      stop_token_ids))
             return self._result()
         finally:
             self._lock.release()
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
                        sampling: SamplingSpec = None, stop: StopSpec = (),
-                       logprobs: Union[bool, int, None] = None) -> List[GenerationResult]:
+                       logprobs: Union[bool, int, None] = None,
+                       stop_token_ids: Sequence[int] = ()) -> List[GenerationResult]:
         """Several prompts at once, verified together in one batch per round (a seeded
         ``sampling`` gives prompt i the seed ``seed + i``)."""
         self._acquire()
         try:
-            seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs)
+            seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs,
+                               stop_token_ids)
             self._run_all(seqs)
             return [self._result(i) for i in seqs]
         finally:
             self._lock.release()
 
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
-               stop: StopSpec = (), logprobs: Union[bool, int, None] = None) -> "Stream":
+               stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
+               stop_token_ids: Sequence[int] = ()) -> "Stream":
         """Text pieces as they are accepted; ``.result`` holds the full result at the end
         (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead)."""
         self._acquire()
         try:
-            self._begin([prompt], max_tokens, sampling, stop, logprobs)
+            self._begin([prompt], max_tokens, sampling, stop, logprobs, stop_token_ids)
             st = Stream(self)
         except BaseException:
             self._lock.release()
@@ -339,7 +346,7 @@ class Decoder:
         at the template's end of turn. ``template_vars`` reach Jinja templates."""
         p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
         return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                             stop=stop_list(stop) + p.stop)
+                             stop=stop_list(stop) + p.stop, stop_token_ids=p.stop_token_ids)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
                     sampling: SamplingSpec = None,
@@ -348,7 +355,7 @@ class Decoder:
         """:meth:`chat`, streamed: text pieces as they are accepted."""
         p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
         return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                           stop=stop_list(stop) + p.stop)
+                           stop=stop_list(stop) + p.stop, stop_token_ids=p.stop_token_ids)
 
 
 class Stream:

@@ -207,12 +207,14 @@ def template_for(model: Model, chat_template: Optional[str] = None) -> ChatTempl
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    """A rendered conversation: its prompt tokens, and stop strings for a turn end that is
-    not one of the vocab's end-of-generation tokens."""
+    """A rendered conversation: its prompt tokens, and what ends the reply where the turn's
+    end is not one of the vocab's end-of-generation tokens: a stop string for a turn end
+    in text, a stop token for a control token (whose text is empty)."""
 
     text: str
     tokens: List[int]
     stop: List[str]
+    stop_token_ids: List[int]
 
 
 def chat_prompt(model: Model, messages: Sequence[Message], *,
@@ -227,10 +229,13 @@ def chat_prompt(model: Model, messages: Sequence[Message], *,
     text = tmpl.render(messages, add_generation_prompt=add_generation_prompt, **variables)
     add_bos = not (tmpl.bos_token and text.startswith(tmpl.bos_token))
     tokens = model.tokenize(text, add_special=add_bos, parse_special=True)
-    stop = []
+    stop, stop_ids = [], []
     eot = tmpl.end_of_turn
     if eot and eot != tmpl.eos_token:
         ids = model.tokenize(eot, add_special=False, parse_special=True)
         if ids and not model.is_eog(ids[0]):    # an end-of-generation token ends it already
-            stop.append(eot)
-    return ChatPrompt(text=text, tokens=tokens, stop=stop)
+            if model.token_to_piece(ids[0]):
+                stop.append(eot)
+            else:
+                stop_ids.append(ids[0])
+    return ChatPrompt(text=text, tokens=tokens, stop=stop, stop_token_ids=stop_ids)

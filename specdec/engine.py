@@ -216,9 +216,10 @@ class Engine:
 
     def _make(self, prompt: Prompt, max_tokens: int, sampling: SamplingSpec, stop: StopSpec,
               drafter: Union[str, Sequence[str], None], n_max: Optional[int],
-              logprobs: Any, timeout: Optional[float],
+              logprobs: Any, timeout: Optional[float], stop_token_ids: Any,
               loop: Optional[asyncio.AbstractEventLoop]) -> _State:
-        req = Request.make(self.model, self.n_ctx, prompt, max_tokens, sampling, stop, logprobs)
+        req = Request.make(self.model, self.n_ctx, prompt, max_tokens, sampling, stop, logprobs,
+                           stop_token_ids)
         chain = self._chain(drafter)
         if n_max is None:
             n_max = self.spec.n_max
@@ -240,17 +241,19 @@ class Engine:
     def submit(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-               timeout: Optional[float] = None) -> RequestHandle:
+               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
+               ) -> RequestHandle:
         """Queue a request; thread-safe. Returns at once with its :class:`RequestHandle`.
 
         ``drafter``: a loaded drafter's name, a list of names (a chain), ``"plain"`` for
         none, or None for the engine's default. ``n_max``: a shorter draft cap than the
         engine's. ``logprobs``: True, or the number of top alternatives per token.
         ``timeout``: seconds from now; a request still running then ends with
-        ``finish_reason == "timeout"`` and the text it had. Bad options raise here.
+        ``finish_reason == "timeout"`` and the text it had. ``stop`` and
+        ``stop_token_ids`` as for :meth:`Decoder.generate`. Bad options raise here.
         """
         state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, None)
+                           timeout, stop_token_ids, None)
         self._enqueue(state)
         return RequestHandle(state)
 
@@ -258,11 +261,12 @@ class Engine:
                        sampling: SamplingSpec = None, stop: StopSpec = (),
                        drafter: Union[str, Sequence[str], None] = None,
                        n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-                       timeout: Optional[float] = None) -> GenerationResult:
+                       timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
+                       ) -> GenerationResult:
         """``await engine.generate(...)``: the options of :meth:`submit`. Cancelling the
         awaiting task cancels the request."""
         state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, None)
+                           timeout, stop_token_ids, None)
         self._enqueue(state)
         try:
             return await asyncio.wrap_future(state.future)
@@ -273,12 +277,13 @@ class Engine:
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-               timeout: Optional[float] = None) -> AsyncStream:
+               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
+               ) -> AsyncStream:
         """``async for piece in engine.stream(...)``: the options of :meth:`submit`; call it
         from a running event loop."""
         loop = asyncio.get_running_loop()
         state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, loop)
+                           timeout, stop_token_ids, loop)
         self._enqueue(state)
         return AsyncStream(state)
 

@@ -140,6 +140,32 @@ def test_turn_end_that_opens_with_an_eog_token_needs_no_stop_string(models):
     assert chat_prompt(models["chatml"], TALK, chat_template=tmpl).stop == []
 
 
+TURNMARK = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end_turn|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_control_token_turn_end_becomes_a_stop_token(tmp_path):
+    """A turn closed by a control token that is not end-of-generation (its text is empty, so
+    no stop string can see it) ends the reply as a stop token."""
+    path = write_tiny_chat(tmp_path / "m.gguf", "turnmark", chat_template=TURNMARK,
+                           reply="Hi!", end_token="<|end_turn|>")
+    model = specdec.Model(str(path))
+    p = chat_prompt(model, TALK)
+    end = model.tokenize("<|end_turn|>", add_special=False, parse_special=True)
+    assert p.stop == [] and p.stop_token_ids == end and not model.is_eog(end[0])
+    with specdec.Decoder(model, drafter="ngram") as dec:
+        res = dec.chat(TALK, max_tokens=40)
+        assert (res.text, res.finish_reason) == ("Hi!", "stop")
+        assert "".join(dec.stream_chat(TALK, max_tokens=40)) == "Hi!"
+        # the same model, prompted without the chat: it goes on past the turn end
+        assert dec.generate(p.tokens, max_tokens=12).text.startswith("Hi!Hi!")
+        res = dec.generate(p.tokens, max_tokens=12, stop_token_ids=end)
+        assert (res.text, res.finish_reason) == ("Hi!", "stop")
+        with pytest.raises(ValueError, match="out of range"):
+            dec.generate(p.tokens, stop_token_ids=[model.n_vocab])
+        assert dec.chat(TALK, max_tokens=40).text == "Hi!"
+
+
 def test_template_globals_and_variables(models):
     """The Llama 3.2 template dates its system turn with strftime_now unless given date_string."""
     import datetime

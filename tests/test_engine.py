@@ -178,7 +178,24 @@ def test_bad_requests_raise_at_submit(exact_engine):
         eng.submit([1, 2], logprobs=99)
     with pytest.raises(ValueError, match="stop string"):
         eng.submit([1, 2], stop=["ok", "\ud800"])     # a lone surrogate: no UTF-8 to match
+    with pytest.raises(ValueError, match="stop token id"):
+        eng.submit([1, 2], stop_token_ids=[3, 10**6])
+    with pytest.raises(TypeError, match="stop_token_ids"):
+        eng.submit([1, 2], stop_token_ids="3")
     assert eng.submit([1, 2], max_tokens=3).result(30).finish_reason in ("length", "eos")
+
+
+@pytest.mark.parametrize("drafter", ["plain", "ngram"])
+def test_stop_token_ids_end_a_request(exact_engine, drafter):
+    """A stop token ends the request where it is first sampled (left out, "stop"), whether
+    it comes as the round's target token or inside an accepted draft."""
+    eng = exact_engine
+    ref = eng.submit(PROMPTS[3], max_tokens=40, drafter=drafter).result(60)
+    tok = ref.tokens[6]
+    first = ref.tokens.index(tok)
+    res = eng.submit(PROMPTS[3], max_tokens=40, drafter=drafter,
+                     stop_token_ids=[tok]).result(60)
+    assert res.tokens == ref.tokens[:first] and res.finish_reason == "stop"
 
 
 def test_asyncio_generate_and_stream(exact_engine):

@@ -23,6 +23,7 @@ openai = pytest.importorskip("openai")
 pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
+import specdec   # noqa: E402
 from specdec.benchmark.serve import ServerProcess, free_port   # noqa: E402
 from specdec.testing.chat import write_tiny_chat   # noqa: E402
 
@@ -194,6 +195,9 @@ BAD = [
     ("/v1/chat/completions", {"messages": HELLO, "response_format": {"type": "json_object"}},
      None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "specdec": 3}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "stop_token_ids": ["x"]}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "stop_token_ids": 5}, None, 400),
+    ("/v1/completions", {"prompt": "x", "stop_token_ids": [-1]}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "chat_template_kwargs": []}, None, 400),
     ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 4000}]}, None, 413),
     # lone surrogates (valid JSON escapes, no UTF-8): quoted back in errors, never a 500
@@ -290,6 +294,19 @@ def test_api_key(looping):
         looping.client(api_key="wrong").models.list()
     assert looping.post("/v1/completions", {"prompt": "x"})[0] == 401
     assert [m.id for m in looping.client(api_key=KEY).models.list()] == ["tiny"]
+
+
+def test_stop_token_ids(looping, models):
+    """vLLM's ``stop_token_ids``: the looping model's reply ends at <|im_start|>, a control
+    token with no text that no stop string can see."""
+    start = specdec.Model(str(models["looping"])).tokenize("<|im_start|>", add_special=False,
+                                                           parse_special=True)
+    c = looping.client(api_key=KEY)
+    r = c.chat.completions.create(model="tiny", messages=HELLO, temperature=0, max_tokens=40,
+                                  extra_body={"stop_token_ids": start})
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == (REPLY, "stop")
+    with pytest.raises(openai.BadRequestError):
+        c.completions.create(model="tiny", prompt="x", extra_body={"stop_token_ids": [10**6]})
 
 
 def _metrics(server):

@@ -135,8 +135,8 @@ class Server:
 
     # --- generation -------------------------------------------------------------------------
 
-    def _tokens(self, spec: Spec) -> Tuple[List[int], List[str]]:
-        """Prompt tokens and the stop strings the chat template adds."""
+    def _tokens(self, spec: Spec) -> Tuple[List[int], List[str], List[int]]:
+        """Prompt tokens, and the stop strings and stop tokens the chat template adds."""
         model = self.backend.model
         if spec.kind == "chat":
             try:
@@ -144,20 +144,20 @@ class Server:
                                 **spec.template_vars)
             except (ValueError, TypeError) as e:
                 raise bad(str(e), "messages") from None
-            return p.tokens, p.stop
+            return p.tokens, p.stop, p.stop_token_ids
         if isinstance(spec.prompt, str):
-            return model.tokenize(spec.prompt, add_special=True, parse_special=True), []
+            return model.tokenize(spec.prompt, add_special=True, parse_special=True), [], []
         n_vocab = model.n_vocab
         if not all(0 <= t < n_vocab for t in spec.prompt):
             raise bad(f"prompt token ids must be in [0, {n_vocab})", "prompt")
-        return list(spec.prompt), []
+        return list(spec.prompt), [], []
 
     def _work(self, spec: Spec) -> Work:
         try:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        tokens, stops = self._tokens(spec)
+        tokens, stops, stop_ids = self._tokens(spec)
         room = self.backend.n_ctx_seq - len(tokens)
         if room < 1:
             raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "
@@ -166,7 +166,7 @@ class Server:
                            code="context_length_exceeded")
         return Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
                     sampling=spec.sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
-                    options=spec.options)
+                    stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
 
     async def _generate(self, request: Request, spec: Spec) -> Response:
         work = self._work(spec)

@@ -8,7 +8,7 @@ its slot.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional
 
 from ..config import Sampling
@@ -34,6 +34,7 @@ class Work:
     sampling: Sampling
     stop: List[str]
     logprobs: int = -1
+    stop_token_ids: List[int] = field(default_factory=list)
     options: Optional[Dict[str, Any]] = None
 
 
@@ -88,7 +89,8 @@ class EngineBackend:
         logprobs: Any = None if work.logprobs < 0 else (work.logprobs or True)
         return Job(self, self.engine.stream(
             work.tokens, max_tokens=work.max_tokens, sampling=work.sampling, stop=work.stop,
-            drafter=opts.get("drafter"), n_max=opts.get("n_max"), logprobs=logprobs))
+            stop_token_ids=work.stop_token_ids, drafter=opts.get("drafter"),
+            n_max=opts.get("n_max"), logprobs=logprobs))
 
     def _text(self, tok: int) -> str:
         text: str = self.model.token_to_piece(tok).decode("utf-8", "replace")

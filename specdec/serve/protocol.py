@@ -60,6 +60,7 @@ class Spec:
     max_tokens: Optional[int]          # None: to the end of the context
     sampling: Sampling
     stop: List[str]
+    stop_token_ids: List[int] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
     logprobs: int = -1                 # -1 none, 0 chosen token only, k: top-k too
@@ -126,6 +127,16 @@ def _stop(body: Mapping[str, Any]) -> List[str]:
     return list(v)
 
 
+def _stop_token_ids(body: Mapping[str, Any]) -> List[int]:
+    """vLLM's ``stop_token_ids`` (ids in the vocabulary are checked when the job is made)."""
+    v = body.get("stop_token_ids")
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(_is_int(t) for t in v):
+        raise bad("'stop_token_ids' must be a list of token ids", "stop_token_ids")
+    return list(v)
+
+
 def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
     v = body.get(EXTENSION)
     if v is None:
@@ -171,7 +182,8 @@ def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
         raise bad("'stream_options' must be an object", "stream_options")
     return dict(kind=kind, model=model, stream=stream,
                 include_usage=bool(so and so.get("include_usage")),
-                sampling=_sampling(body), stop=_stop(body), options=_options(body))
+                sampling=_sampling(body), stop=_stop(body),
+                stop_token_ids=_stop_token_ids(body), options=_options(body))
 
 
 def completion_spec(body: Any, models: Sequence[str]) -> Spec:

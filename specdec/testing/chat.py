@@ -34,12 +34,14 @@ class ChatVocab:
     add_bos: bool
 
 
-#: the special tokens of three template families, as their GGUFs name them
+#: the special tokens of template families, as their GGUFs name them
 FAMILIES: dict[str, ChatVocab] = {
     "gemma": ChatVocab("<bos>", "<eos>", ("<start_of_turn>", "<end_of_turn>"), True),
     "llama3": ChatVocab("<|begin_of_text|>", "<|end_of_text|>",
                         ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), True),
     "chatml": ChatVocab("<|endoftext|>", "<|endoftext|>", ("<|im_start|>", "<|im_end|>"), False),
+    # a turn end that llama.cpp does not know by name: a control token, not end-of-generation
+    "turnmark": ChatVocab("<s>", "</s>", ("<|user|>", "<|assistant|>", "<|end_turn|>"), True),
 }
 
 
