@@ -81,20 +81,23 @@ def test_fuzz_generate_parameters(n, setup):
 
     @SETTINGS
     @given(prompt=prompts, max_tokens=numbers, sampling=samplings, stop=stops,
+           stop_ids=st.one_of(st.just(()), st.lists(ids, max_size=3), numbers),
            how=st.sampled_from(["generate", "stream", "batch"]))
-    def case(prompt, max_tokens, sampling, stop, how):
+    def case(prompt, max_tokens, sampling, stop, stop_ids, how):
         _counted("generate")
         try:
             if how == "generate":
-                r = dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+                r = dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                                 stop_token_ids=stop_ids)
             elif how == "stream":
-                s = dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+                s = dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                               stop_token_ids=stop_ids)
                 text = "".join(s)
                 r = s.result
                 assert text == r.text
             else:
                 r = dec.generate_batch([prompt], max_tokens=max_tokens, sampling=sampling,
-                                       stop=stop)[0]
+                                       stop=stop, stop_token_ids=stop_ids)[0]
         except CLEAR as e:
             assert str(e), f"{type(e).__name__} without a message"
             assert not dec._lock.locked()
@@ -102,6 +105,7 @@ def test_fuzz_generate_parameters(n, setup):
         assert isinstance(r.text, str) and r.finish_reason in ("stop", "length", "eos", "context")
         assert all(0 <= t < model.n_vocab for t in r.tokens)
         assert len(r.tokens) <= max_tokens
+        assert not set(r.tokens) & set(stop_ids)
 
     case()
     _ran("generate", n)
