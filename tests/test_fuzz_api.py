@@ -105,7 +105,7 @@ def test_fuzz_generate_parameters(n, setup):
         assert isinstance(r.text, str) and r.finish_reason in ("stop", "length", "eos", "context")
         assert all(0 <= t < model.n_vocab for t in r.tokens)
         assert len(r.tokens) <= max_tokens
-        assert not set(r.tokens) & set(stop_ids)
+        assert not set(r.tokens) & set(stop_ids or ())
 
     case()
     _ran("generate", n)
