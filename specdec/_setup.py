@@ -33,6 +33,13 @@ def check_room(n_ctx: Any, n_seq_max: Any, n_max: int) -> None:
                          f"n_max + 1 tokens (n_ctx >= {(n_max + 2) * n_seq_max})")
 
 
+def exact_slack(spec: SpecConfig, exact: bool) -> int:
+    """Positions past a sequence's context that exact mode's padding rows may take: a verify
+    has two rows or more, every sequence of it the same number (up to ``n_max + 1``), even
+    where the sequence has room for one more token only."""
+    return max(spec.n_max + 1, 2) if exact else 0
+
+
 def load_model(model: Union[Model, PathLike], specs: List[DrafterSpec], *, exact: bool,
                placement: Placement, load_mtp: Optional[bool], model_check: str) -> Model:
     if isinstance(model, Model):

@@ -11,8 +11,8 @@ from ._controller import Controller, new_policy
 from ._core import ContextBusyError, Model
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result,
                        stop_list, tokenize)
-from ._setup import (DrafterSpec, PathLike, as_list, load_model, make_context, make_drafters,
-                     needs_hidden_rows)
+from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
+                     make_drafters, needs_hidden_rows)
 from .chat import chat_prompt
 from .config import Sampling, SpecConfig
 from .drafters import Drafter
@@ -153,16 +153,20 @@ class Decoder:
         self.drafters: List[Drafter] = make_drafters(
             specs, self.spec, drafter_timeout=drafter_timeout, on_drafter_error=on_drafter_error,
             n_gpu_layers_draft=n_gpu_layers_draft)
-        self.ctx = make_context(self.model, self.drafters, self.spec, n_ctx=n_ctx,
+        # exact mode: room past each sequence's n_ctx for the padding rows of its last rounds
+        slack = exact_slack(self.spec, self.exact)
+        self.ctx = make_context(self.model, self.drafters, self.spec,
+                                n_ctx=n_ctx + slack * n_seq_max if slack else n_ctx,
                                 n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
                                 n_seq_max=n_seq_max, exact=self.exact, lazy_logits=lazy_logits)
+        n_ctx_seq = self.ctx.n_ctx_seq - slack
         self.check = bool(check)
         if self.check:
             from ._checks import CheckedController
             self._ctl: Controller = CheckedController(self.ctx, self.drafters, check=True,
-                                                      exact=self.exact)
+                                                      exact=self.exact, n_ctx_seq=n_ctx_seq)
         else:
-            self._ctl = Controller(self.ctx, self.drafters, exact=self.exact)
+            self._ctl = Controller(self.ctx, self.drafters, exact=self.exact, n_ctx_seq=n_ctx_seq)
         self.prefix_reuse = bool(prefix_reuse) and needs_hidden_rows(self.drafters) is None
         self.prompt_cache = PromptCache(prompt_cache_mib,
                                         recurrent=self.model.is_recurrent or self.model.is_hybrid)

@@ -37,8 +37,8 @@ from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, U
 from ._controller import Controller, new_policy
 from ._core import Model
 from ._request import Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result, tokenize
-from ._setup import (DrafterSpec, PathLike, as_list, load_model, make_context, make_drafters,
-                     needs_hidden_rows)
+from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
+                     make_drafters, needs_hidden_rows)
 from .config import SpecConfig
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
@@ -166,7 +166,7 @@ class Engine:
         # ubatches split per stream), some padding rows past its draft: room for them.
         # An MTP drafter's own context mirrors the target's per-sequence layout: streams too.
         unified = not self.exact and needs_hidden_rows(loaded) is None
-        slack = max(self.spec.n_max + 1, 2) if self.exact else 0
+        slack = exact_slack(self.spec, self.exact)
         self.ctx = make_context(self.model, loaded, self.spec, n_ctx=(n_ctx + slack) * n_slots,
                                 n_batch=n_batch, n_ubatch=None, n_threads=n_threads,
                                 n_seq_max=n_slots, exact=self.exact, lazy_logits=lazy_logits,

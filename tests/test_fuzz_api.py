@@ -2,10 +2,12 @@
 drafter outputs and core calls either work or raise a clear Python exception, and the
 decoder stays usable and correct afterwards.
 
-CI runs ``SPECDEC_FUZZ_CASES`` (default 150) cases per target; the long run is
-``SPECDEC_FUZZ_CASES=2000 pytest tests/test_fuzz_api.py`` (7 targets: 14,000 cases).
+CI runs ``SPECDEC_FUZZ_CASES`` (default 150) cases per target (a third of that for the Engine,
+whose cases are batches of requests); the long run is
+``SPECDEC_FUZZ_CASES=2000 pytest tests/test_fuzz_api.py``.
 """
 import os
+import time
 
 import numpy as np
 import pytest
@@ -280,6 +282,77 @@ def test_fuzz_decoder_options(n, setup, tiny_dense_path):
 
     case()
     _ran("options", n)
+
+
+@pytest.mark.parametrize("n", [max(N_CASES // 3, 10)], ids=lambda n: f"{n}-cases")
+def test_fuzz_engine_requests(n, tiny_dense_path):
+    """Batches of Engine requests with odd options, some cancelled: a bad one raises at
+    ``submit`` (a clear error), the others all finish, each greedy one equal to the Decoder
+    alone (both exact), and the engine ends idle."""
+    model = specdec.Model(tiny_dense_path, use_extra_bufts=False)
+    eng = specdec.Engine(model, drafters=["ngram", "suffix"], n_slots=3, n_ctx=256, n_max=4,
+                         exact=True)
+    alone = Decoder(model, n_ctx=256, exact=True)
+
+    def mostly(valid, odd):
+        """``valid`` three times in four: a batch is mostly requests that run."""
+        return st.one_of(valid, valid, valid, odd)
+
+    request = st.fixed_dictionaries(
+        {"prompt": mostly(st.one_of(st.lists(st.integers(1, 255), min_size=1, max_size=40),
+                                    st.lists(st.integers(1, 6), min_size=1, max_size=30)),
+                          prompts)},
+        optional={"max_tokens": mostly(st.integers(1, 30), numbers),
+                  "sampling": mostly(st.none(), samplings),
+                  "stop": mostly(st.lists(st.sampled_from(["\n", "a", "tok", "\ud800", "é"]),
+                                          min_size=1, max_size=2), stops),
+                  "stop_token_ids": mostly(st.lists(st.integers(0, 255), max_size=4),
+                                           st.one_of(st.lists(ids, max_size=2), numbers)),
+                  "drafter": mostly(st.sampled_from(["ngram", "suffix", "plain", "default",
+                                                     ("ngram", "suffix")]),
+                                    st.one_of(st.just("nope"), numbers)),
+                  "n_max": mostly(st.integers(0, 4), st.one_of(st.integers(-1, 6), numbers)),
+                  "logprobs": mostly(st.one_of(st.booleans(), st.integers(0, 20)),
+                                     st.one_of(st.integers(-1, 21), numbers)),
+                  "timeout": mostly(st.just(30.0), st.one_of(st.sampled_from([0.0, -1.0]),
+                                                             numbers))})
+
+    @SETTINGS
+    @given(reqs=st.lists(st.tuples(request, st.booleans()), min_size=1, max_size=6))
+    def case(reqs):
+        _counted("engine")
+        running = []
+        for kw, cancel in reqs:
+            kw = dict(kw)
+            prompt = kw.pop("prompt")
+            try:
+                h = eng.submit(prompt, **kw)
+            except CLEAR as e:
+                assert str(e), f"{type(e).__name__} without a message"
+                continue
+            if cancel:
+                h.cancel()
+            running.append((prompt, kw, h))
+        for prompt, kw, h in running:
+            r = h.result(timeout=60)
+            assert all(0 <= t < model.n_vocab for t in r.tokens)
+            assert not set(r.tokens) & set(kw.get("stop_token_ids") or ())
+            if r.finish_reason in ("cancelled", "timeout") or \
+                    not specdec.Sampling.resolve(kw.get("sampling")).greedy:
+                continue
+            ref = alone.generate(prompt, **{k: v for k, v in kw.items()
+                                            if k in ("max_tokens", "stop", "stop_token_ids")})
+            assert (r.tokens, r.finish_reason) == (ref.tokens, ref.finish_reason)
+
+    try:
+        case()
+        deadline = time.monotonic() + 30
+        while (eng.n_running or eng.n_queued) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert eng.n_running == 0 and eng.n_queued == 0
+    finally:
+        eng.close()
+    _ran("engine", n)
 
 
 def test_n_min_past_n_max_is_refused(setup):

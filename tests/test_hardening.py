@@ -229,6 +229,20 @@ def test_context_limit_ends_with_length(tiny_dense_path, drafter, sampled):
         assert r.tokens == plain.tokens
 
 
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_exact_mode_fills_the_context_like_plain(tiny_dense_path, drafter):
+    """Found by the Engine fuzz: an exact-mode Decoder padded its last round past the context
+    (ContextFullError) instead of ending with "context". It now keeps the Engine's room for
+    padding rows and ends where plain decoding ends, with the same tokens."""
+    model = specdec.Model(tiny_dense_path, use_extra_bufts=False)
+    plain = Decoder(model, n_ctx=48).generate([1, 2, 3], max_tokens=500)
+    assert plain.finish_reason == "context"
+    dec = Decoder(model, drafter=drafter, n_ctx=48, exact=True)
+    for _ in range(2):
+        r = dec.generate([1, 2, 3], max_tokens=500)
+        assert (r.tokens, r.finish_reason) == (plain.tokens, "context")
+
+
 @pytest.mark.slow
 def test_long_session_keeps_greedy_equality(tiny_dense_path):
     """20k tokens over many calls: a conversation that grows and restarts when it nears n_ctx;
