@@ -453,8 +453,11 @@ cdef class Controller:
         self.batch.clear_c()
         for i in range(m):
             self.batch.add_c(s.prompt[i0 + i], i0 + i, s.id, i0 + i == n - 1)
-        cdef bint pad = self.exact and m == 1
-        if pad:         # a one-token chunk: decode it with a throw-away second row
+        # a one-token chunk (a one-token prompt): decode it with a throw-away second row,
+        # where the memory can drop it; a target rolled back by checkpoints cannot, and
+        # decodes it alone (as every exact-mode run of that prompt does)
+        cdef bint pad = self.exact and m == 1 and not self.ckpt
+        if pad:
             self.batch.add_c(s.prompt[i0], i0 + 1, s.id, False)
         self.ctx.decode_c(self.batch)
         if pad:

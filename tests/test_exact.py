@@ -96,3 +96,20 @@ def test_exact_refuses_a_ubatch_that_splits_the_verify(exact_model):
     with pytest.raises(ValueError, match="n_ubatch >= 9"):
         Decoder(exact_model, drafter="ngram", n_max=8, exact=True, n_ctx=256, n_ubatch=4)
     Decoder(exact_model, drafter="ngram", n_max=8, exact=True, n_ctx=256, n_ubatch=9)
+
+
+@pytest.mark.parametrize("arch", ["dense", "mamba2", "qwen3next", "qwen35_nomtp"])
+def test_one_token_prompt(request, arch):
+    """Found by the Engine fuzz on mamba2: exact mode decoded a one-token prompt with a
+    throw-away second row, which a target rolled back by checkpoints cannot drop (the
+    request failed). Such targets decode it alone; drafters and the Engine still give plain
+    decoding's tokens."""
+    model = specdec.Model(request.getfixturevalue(f"tiny_{arch}_path"), use_extra_bufts=False)
+    plain = Decoder(model, n_ctx=128, exact=True).generate([1], max_tokens=24)
+    assert len(plain.tokens) == 24
+    assert Decoder(model, drafter=["ngram", "suffix"], n_ctx=128,
+                   exact=True).generate([1], max_tokens=24).tokens == plain.tokens
+    with specdec.Engine(model, drafters=["ngram"], n_slots=2, n_ctx=128, exact=True) as eng:
+        got = [h.result(60) for h in (eng.submit([1], max_tokens=24),
+                                      eng.submit([1], max_tokens=24, drafter="plain"))]
+    assert [r.tokens for r in got] == [plain.tokens, plain.tokens]
