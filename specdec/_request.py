@@ -59,14 +59,16 @@ def stop_id_list(model: Model, stop_token_ids: Any) -> List[int]:
     if isinstance(stop_token_ids, (str, bytes)) or not isinstance(stop_token_ids, Iterable):
         raise TypeError("stop_token_ids must be a list of token ids, got "
                         f"{type(stop_token_ids).__name__}")
-    out = []
-    for t in stop_token_ids:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-            raise TypeError(f"stop token ids must be ints, got {type(t).__name__}")
-        if not 0 <= t < model.n_vocab:
-            raise ValueError(f"stop token id {t} out of range [0, {model.n_vocab})")
-        out.append(int(t))
-    return out
+    return [token_id(model, t, "stop") for t in stop_token_ids]
+
+
+def token_id(model: Model, t: Any, what: str) -> int:
+    """``t`` as a token id of ``model``'s vocabulary (``what``: whose id, for the error)."""
+    if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
+        raise TypeError(f"{what} token ids must be ints, got {type(t).__name__}")
+    if not 0 <= t < model.n_vocab:
+        raise ValueError(f"{what} token id {t} out of range [0, {model.n_vocab})")
+    return int(t)
 
 
 def check_max_tokens(max_tokens: Any) -> int:
@@ -100,15 +102,11 @@ def check_prompt(model: Model, prompt: Prompt, n_ctx_seq: int) -> List[int]:
     p = tokenize(model, prompt)
     if not p:
         raise ValueError("empty prompt: nothing to condition on")
-    for t in p:
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)):
-            raise TypeError(f"prompt token ids must be ints, got {type(t).__name__}")
-        if not 0 <= t < model.n_vocab:
-            raise ValueError(f"prompt token id {t} out of range [0, {model.n_vocab})")
-    if len(p) >= n_ctx_seq:
-        raise ContextFullError(f"prompt of {len(p)} tokens does not fit the context "
+    ids = [token_id(model, t, "prompt") for t in p]
+    if len(ids) >= n_ctx_seq:
+        raise ContextFullError(f"prompt of {len(ids)} tokens does not fit the context "
                                f"(n_ctx={n_ctx_seq}); leave room to generate")
-    return [int(t) for t in p]
+    return ids
 
 
 @dataclass(frozen=True)
