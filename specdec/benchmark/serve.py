@@ -187,6 +187,7 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             if res.errors:
                 rows[name][str(c)]["error_samples"] = res.errors[:3]
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
+                               "machine": machine.describe(threads),
                                "timing_env": machine.timing_env(),
                                "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
@@ -218,8 +219,10 @@ def _ratio(rows: Dict[str, Any], a: str, b: str, c: str) -> Optional[float]:
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    lines = [f"## Serving: {results['model']}, {results['threads']} threads, "
-             f"{results['n_gen']} tokens per request, n_max {results['n_max']}", ""]
+    cpu = results.get("machine", {}).get("cpu")
+    lines = [f"## Serving: {results['model']}, {results['threads']} threads"
+             + (f" ({cpu})" if cpu else "")
+             + f", {results['n_gen']} tokens per request, n_max {results['n_max']}", ""]
     if results.get("timing_env"):
         env = ", ".join(f"{k}={v}" for k, v in results["timing_env"].items())
         lines += [f"**Thread environment: {env}.**", ""]
