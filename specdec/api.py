@@ -156,7 +156,7 @@ class Decoder:
         # exact mode: room past each sequence's n_ctx for the padding rows of its last rounds
         slack = exact_slack(self.spec, self.exact)
         self.ctx = make_context(self.model, self.drafters, self.spec,
-                                n_ctx=n_ctx + slack * n_seq_max if slack else n_ctx,
+                                n_ctx=n_ctx + slack * n_seq_max,
                                 n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
                                 n_seq_max=n_seq_max, exact=self.exact, lazy_logits=lazy_logits)
         n_ctx_seq = self.ctx.n_ctx_seq - slack

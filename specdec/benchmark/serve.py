@@ -188,7 +188,6 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
                 rows[name][str(c)]["error_samples"] = res.errors[:3]
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
                                "machine": machine.describe(threads),
-                               "timing_env": machine.timing_env(),
                                "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
     best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS]
@@ -219,12 +218,13 @@ def _ratio(rows: Dict[str, Any], a: str, b: str, c: str) -> Optional[float]:
 
 
 def markdown(results: Dict[str, Any]) -> str:
-    cpu = results.get("machine", {}).get("cpu")
+    m = results.get("machine", {})
+    cpu = m.get("cpu")
     lines = [f"## Serving: {results['model']}, {results['threads']} threads"
              + (f" ({cpu})" if cpu else "")
              + f", {results['n_gen']} tokens per request, n_max {results['n_max']}", ""]
-    if results.get("timing_env"):
-        env = ", ".join(f"{k}={v}" for k, v in results["timing_env"].items())
+    if m.get("timing_env"):
+        env = ", ".join(f"{k}={v}" for k, v in m["timing_env"].items())
         lines += [f"**Thread environment: {env}.**", ""]
     lines += ["| server | conc. | tok/s | TTFT p50 / p90 / p99 ms | ITL p50 / p90 / p99 ms | "
               "TPOT ms | errors |", "|---|---|---|---|---|---|---|"]
