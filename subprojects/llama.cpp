@@ -1,0 +1,1 @@
+/work/main/subprojects/llama.cpp
