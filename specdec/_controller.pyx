@@ -1002,7 +1002,7 @@ cdef dict _stats(int64_t n_prompt, int64_t n_decoded, int64_t n_gen, int n_seqs,
         "redecodes": redecodes,
         "drafted": drafted,
         "accepted": accepted,
-        "acceptance_rate": (<double>accepted / drafted) if drafted else 0.0,
+        "acceptance_rate": (<double>accepted / drafted) if drafted else None,   # not measured
         "drafted_per_position": [drafted_at[i] for i in range(drafted_at.size())],
         "accepted_per_position": [accepted_at[i] for i in range(accepted_at.size())],
         "t_prompt_s": t_prompt,

@@ -15,7 +15,8 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ._core import ContextFullError, Model
-from .config import Sampling
+from .config import SAMPLING_OPTIONS, Sampling
+from .refused import REFUSED, TEMPLATE_VARIABLES, refusal
 from .results import GenerationResult, Piece, Stats, TokenLogprob
 
 Prompt = Union[str, bytes, Sequence[int]]
@@ -23,6 +24,20 @@ StopSpec = Union[str, bytes, Iterable[Union[str, bytes]], None]
 SamplingSpec = Union[Sampling, Dict[str, Any], str, None]
 #: the most top-k alternatives a request may ask per token (OpenAI's limit)
 MAX_TOP_LOGPROBS = 20
+
+
+def split_chat_options(sampling: SamplingSpec, options: Dict[str, Any]
+                       ) -> Tuple[Sampling, Dict[str, Any]]:
+    """A chat call's extra keywords: the sampling keywords, and the rest for the template.
+
+    A generation option specdec does not honour (:data:`specdec.refused.REFUSED`) is refused
+    here: handed to the template, it would be ignored while the caller believes it applied."""
+    for name in options:
+        if name in REFUSED and name not in TEMPLATE_VARIABLES:
+            raise ValueError(refusal(name))
+    sampling_kw = {k: v for k, v in options.items() if k in SAMPLING_OPTIONS}
+    template_vars = {k: v for k, v in options.items() if k not in SAMPLING_OPTIONS}
+    return Sampling.resolve(sampling, **sampling_kw), template_vars
 
 
 def stop_list(stop: StopSpec) -> List[str]:

@@ -5,16 +5,17 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from ._controller import Controller, new_policy
 from ._core import ContextBusyError, Model
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result,
-                       stop_list, tokenize)
+                       split_chat_options, stop_list, tokenize)
 from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
                      make_drafters, needs_hidden_rows)
-from .chat import chat_prompt
-from .config import Sampling, SpecConfig
+from .chat import ChatPrompt, chat_prompt
+from .config import SAMPLING_OPTIONS, Sampling, SpecConfig
 from .drafters import Drafter
 from .placement import Placement
 from .prompt_cache import PromptCache
@@ -285,8 +286,8 @@ class Decoder:
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
                                "thread")
 
-    def _result(self, seq: int = 0) -> GenerationResult:
-        res = _result(self._ctl, seq)
+    def _result(self, seq: int = 0, finish_reason: Optional[str] = None) -> GenerationResult:
+        res = _result(self._ctl, seq, finish_reason)
         if seq == 0:
             self._judge(res.stats)
         return res
@@ -295,14 +296,20 @@ class Decoder:
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                  stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
-                 stop_token_ids: Sequence[int] = ()) -> GenerationResult:
+                 stop_token_ids: Sequence[int] = (), **sampling_options: Any
+                 ) -> GenerationResult:
         """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids).
 
         ``stop``: strings that end the text (left out of it); ``stop_token_ids``: tokens
         that end it as the model's end-of-generation tokens do (a control token such as a
         chat turn's end, whose text is empty). Either finishes with ``"stop"``.
         ``logprobs``: True for each token's log-probability, an int k for the k best
-        alternatives too (``GenerationResult.logprobs``)."""
+        alternatives too (``GenerationResult.logprobs``).
+
+        ``sampling``: a :class:`Sampling` (or a dict of its fields); or, instead, its fields
+        as keywords: ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``
+        (``config.SAMPLING_OPTIONS``). Giving both is a ``ValueError``."""
+        sampling = Sampling.resolve(sampling, **sampling_options)
         self._acquire()
         try:
             self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs,
@@ -314,9 +321,11 @@ class Decoder:
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
                        sampling: SamplingSpec = None, stop: StopSpec = (),
                        logprobs: Union[bool, int, None] = None,
-                       stop_token_ids: Sequence[int] = ()) -> List[GenerationResult]:
+                       stop_token_ids: Sequence[int] = (), **sampling_options: Any
+                       ) -> List[GenerationResult]:
         """Several prompts at once, verified together in one batch per round (a seeded
-        ``sampling`` gives prompt i the seed ``seed + i``)."""
+        ``sampling`` gives prompt i the seed ``seed + i``); options as for :meth:`generate`."""
+        sampling = Sampling.resolve(sampling, **sampling_options)
         self._acquire()
         try:
             seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs,
@@ -328,9 +337,11 @@ class Decoder:
 
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
-               stop_token_ids: Sequence[int] = ()) -> "Stream":
+               stop_token_ids: Sequence[int] = (), **sampling_options: Any) -> "Stream":
         """Text pieces as they are accepted; ``.result`` holds the full result at the end
-        (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead)."""
+        (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead). Options
+        as for :meth:`generate`."""
+        sampling = Sampling.resolve(sampling, **sampling_options)
         self._acquire()
         try:
             self._begin([prompt], max_tokens, sampling, stop, logprobs, stop_token_ids)
@@ -344,22 +355,52 @@ class Decoder:
     def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
              sampling: SamplingSpec = None,
              stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
-             **template_vars: Any) -> GenerationResult:
+             logprobs: Union[bool, int, None] = None, **options: Any) -> GenerationResult:
         """The assistant's reply to OpenAI-style ``messages``, rendered by the model's chat
         template (or ``chat_template``: Jinja source or a llama.cpp built-in name); it ends
-        at the template's end of turn. ``template_vars`` reach Jinja templates."""
-        p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
-        return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                             stop=stop_list(stop) + p.stop, stop_token_ids=p.stop_token_ids)
+        at the template's end of turn. Other keywords: the sampling keywords of
+        :meth:`generate`, else variables for Jinja templates; a generation option specdec
+        does not honour (``grammar``, ``response_format``, ``tools``, ...: see
+        :mod:`specdec.refused`) is refused, not handed to the template."""
+        p, sampling, stops = self._chat_prompt(messages, sampling, stop, chat_template, options)
+        return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling, stop=stops,
+                             logprobs=logprobs, stop_token_ids=p.stop_token_ids)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
                     sampling: SamplingSpec = None,
                     stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
-                    **template_vars: Any) -> "Stream":
+                    logprobs: Union[bool, int, None] = None, **options: Any) -> "Stream":
         """:meth:`chat`, streamed: text pieces as they are accepted."""
+        p, sampling, stops = self._chat_prompt(messages, sampling, stop, chat_template, options)
+        return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling, stop=stops,
+                           logprobs=logprobs, stop_token_ids=p.stop_token_ids)
+
+    # --- OpenAI-shaped (llama-cpp-python's names) --------------------------------------
+
+    def create_completion(self, prompt: Union[str, Sequence[int]], **request: Any
+                          ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``/v1/completions`` in Python, as llama-cpp-python's: ``request`` is the rest of
+        the request body (``max_tokens``, ``temperature``, ``stop``, ``logprobs``,
+        ``stream``, ...), the answer OpenAI's ``text_completion`` dict that ``specdec
+        serve`` returns (an iterator of chunk dicts with ``stream=True``). See
+        :mod:`specdec.openai_face`."""
+        from .openai_face import decoder_call
+        return decoder_call(self, "completion", dict(request, prompt=prompt), None)
+
+    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
+                               chat_template: Optional[str] = None, **request: Any
+                               ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``/v1/chat/completions`` in Python: a ``chat.completion`` dict (chunks with
+        ``stream=True``); ``chat_template`` as for :meth:`chat`."""
+        from .openai_face import decoder_call
+        return decoder_call(self, "chat", dict(request, messages=list(messages)), chat_template)
+
+    def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingSpec,
+                     stop: Union[str, Iterable[str]], chat_template: Optional[str],
+                     options: Dict[str, Any]) -> Tuple[ChatPrompt, Sampling, List[str]]:
+        sampling, template_vars = split_chat_options(sampling, options)
         p = chat_prompt(self.model, messages, chat_template=chat_template, **template_vars)
-        return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling,
-                           stop=stop_list(stop) + p.stop, stop_token_ids=p.stop_token_ids)
+        return p, sampling, stop_list(stop) + p.stop
 
 
 class Stream:
@@ -384,8 +425,10 @@ class Stream:
     def _release(self, keep: bool = True) -> None:
         if self.result is None:
             try:
+                # closed before the end: "cancelled", as an Engine request cut short
+                cut = None if self._ctl.finish_reason() is not None else "cancelled"
                 self._decoder._finish([0], keep=keep)
-                self.result = self._decoder._result()
+                self.result = self._decoder._result(0, cut)
             finally:
                 self._decoder._lock.release()
 
@@ -430,8 +473,9 @@ class Stream:
                 return piece.text
 
     def close(self) -> None:
-        """Stop early; the decoder is free again. A new call on the decoder from this
-        thread closes an unfinished stream too (after a Ctrl-C, say)."""
+        """Stop early (``result.finish_reason`` is then ``"cancelled"``); the decoder is free
+        again. A new call on the decoder from this thread closes an unfinished stream too
+        (after a Ctrl-C, say)."""
         self._release()
 
     def __del__(self) -> None:
@@ -442,17 +486,27 @@ class Stream:
                 pass
 
 
+def _split(options: Dict[str, Any]) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """The one-shot functions' keywords: (sampling keywords, Decoder options)."""
+    return ({k: v for k, v in options.items() if k in SAMPLING_OPTIONS},
+            {k: v for k, v in options.items() if k not in SAMPLING_OPTIONS})
+
+
 def generate(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
              sampling: SamplingSpec = None, stop: StopSpec = (), drafter: Any = None,
-             **decoder_options: Any) -> GenerationResult:
-    """One-shot generation. For repeated calls keep a :class:`Decoder` instead."""
+             **options: Any) -> GenerationResult:
+    """One-shot generation (``options``: sampling keywords, else :class:`Decoder` options).
+    For repeated calls keep a :class:`Decoder` instead."""
+    sampling_kw, decoder_options = _split(options)
     dec = Decoder(model, drafter=drafter, **decoder_options)
-    return dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+    return dec.generate(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop,
+                        **sampling_kw)
 
 
 def stream(model: Union[Model, PathLike], prompt: Prompt, *, max_tokens: int = 128,
            sampling: SamplingSpec = None, stop: StopSpec = (), drafter: Any = None,
-           **decoder_options: Any) -> Iterator[str]:
-    """One-shot streaming generation: yields text pieces."""
+           **options: Any) -> Iterator[str]:
+    """One-shot streaming generation: yields text pieces (options as for :func:`generate`)."""
+    sampling_kw, decoder_options = _split(options)
     dec = Decoder(model, drafter=drafter, **decoder_options)
-    return dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop)
+    return dec.stream(prompt, max_tokens=max_tokens, sampling=sampling, stop=stop, **sampling_kw)

@@ -5,6 +5,10 @@ import argparse
 import sys
 from typing import Any, Dict, List
 
+#: the chat's own commands, handled here and never sent to the model
+COMMANDS = {"/help": "lists these commands", "/reset": "starts the conversation over",
+            "/exit": "leaves (as EOF, Ctrl-D)"}
+
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     from .cli import _add_decoder_options, _add_model_option, _add_sampling_options
@@ -12,8 +16,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p = sub.add_parser("chat", help="chat with a model in the terminal (its chat template, "
                        "streamed, speculative)",
                        description="Type a message and press Enter; the reply streams as it is "
-                       "accepted and a stats line follows. /reset starts over, /exit (or EOF, "
-                       "Ctrl-D) leaves.")
+                       "accepted and a stats line follows. Ctrl-C cuts a reply short. "
+                       + " ".join(f"{c} {h}." for c, h in COMMANDS.items()))
     _add_model_option(p)
     p.add_argument("--system", "-s", default=None, help="system message")
     p.add_argument("--chat-template", default=None, metavar="JINJA|NAME|@FILE",
@@ -52,12 +56,21 @@ def run(args: argparse.Namespace) -> int:
         if not line:
             return 0
         text = line.rstrip("\n")
-        if text.strip() == "/exit":
-            return 0
-        if text.strip() == "/reset":
-            messages = list(start)
+        command = text.strip()
+        if command.startswith("/") and " " not in command:
+            if command == "/exit":
+                return 0
+            if command == "/reset":
+                messages = list(start)
+                print("[conversation reset" + (": the system message is kept]" if start else "]"),
+                      file=sys.stderr)
+            elif command == "/help":
+                for c, h in COMMANDS.items():
+                    print(f"  {c:8s} {h}", file=sys.stderr)
+            else:
+                print(f"[unknown command {command}: /help lists them]", file=sys.stderr)
             continue
-        if not text.strip():
+        if not command:
             continue
         messages.append({"role": "user", "content": text})
         st = dec.stream_chat(messages, max_tokens=args.max_tokens, sampling=sampling,
@@ -67,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
                 sys.stdout.write(piece)
                 sys.stdout.flush()
         except KeyboardInterrupt:
-            st.close()   # Ctrl-C cuts the reply, not the chat
+            st.close()   # Ctrl-C cuts the reply (finish "cancelled"), not the chat
         res = st.result
         assert res is not None
         sys.stdout.write("\n")

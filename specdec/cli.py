@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 
 def _add_generate(sub: argparse._SubParsersAction) -> None:
@@ -275,6 +276,25 @@ def _version() -> str:
         return __version__
 
 
+def in_flags(message: str, parser: argparse.ArgumentParser, command: str) -> str:
+    """An error of the Python API as the command line says it: ``name=value`` of a keyword
+    that ``command`` has as a flag becomes ``--flag value`` (``n_gpu_layers=0`` ->
+    ``--n-gpu-layers 0``), so that the user is told what to type."""
+    flags: Dict[str, str] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            for a in action.choices[command]._actions:
+                longs = [o for o in a.option_strings if o.startswith("--")]
+                if longs:
+                    flags[a.dest] = longs[0]
+
+    def flag(m: "re.Match[str]") -> str:
+        name = m.group(1)
+        return f"{flags[name]} " if name in flags else m.group(0)
+
+    return re.sub(r"\b([a-z][a-z0-9_]*)= ?", flag, message)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="specdec", description="Speculative decoding on llama.cpp: generate text with a "
@@ -320,7 +340,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _serve(args)
         return _drafters(args)
     except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
-        print(f"specdec: error: {e}", file=sys.stderr)
+        print(f"specdec: error: {in_flags(str(e), parser, args.command)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

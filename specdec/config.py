@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any, Mapping, Optional, Union
+from dataclasses import dataclass, fields, replace
+from typing import Any, List, Mapping, Optional, Union
 
 # the longest draft a round may verify (its batch holds n_max + 1 rows per sequence)
 N_MAX_LIMIT = 64
@@ -48,21 +48,47 @@ class Sampling:
         return self.temperature == 0.0
 
     @classmethod
-    def resolve(cls, value: Union["Sampling", Mapping[str, Any], str, None]) -> "Sampling":
-        """Accept a Sampling, a dict of its fields, ``"greedy"`` or None."""
+    def resolve(cls, value: Union["Sampling", Mapping[str, Any], str, None] = None,
+                **options: Any) -> "Sampling":
+        """Accept a Sampling, a dict of its fields, ``"greedy"`` or None; or, instead of
+        ``value``, its fields as keywords (the shortcuts ``generate(..., temperature=0.7)``
+        of the API take; a keyword given as None counts as not given)."""
+        unknown = sorted(set(options) - set(SAMPLING_OPTIONS))
+        if unknown:       # as Python's own "unexpected keyword argument"
+            raise TypeError(_unknown_options(unknown))
+        given = {k: v for k, v in options.items() if v is not None}
+        if given:
+            if value is not None:
+                raise ValueError(f"give either sampling= or the sampling keywords "
+                                 f"{sorted(given)}, not both")
+            value = given
         if value is None or value == "greedy":
             return cls()
         if isinstance(value, cls):
             return value
         if isinstance(value, Mapping):
-            unknown = set(value) - {"temperature", "top_k", "top_p", "min_p", "seed"}
+            unknown = set(value) - set(SAMPLING_OPTIONS)
             if unknown:
-                raise ValueError(f"unknown sampling options: {sorted(unknown)}")
+                raise ValueError(_unknown_options(sorted(unknown)))
             return cls(**value)
         raise TypeError(f"sampling must be a Sampling, a dict or 'greedy', got {type(value).__name__}")
 
     def with_seed(self, seed: Optional[int]) -> "Sampling":
         return replace(self, seed=seed)
+
+
+#: the fields of :class:`Sampling`: the keyword shortcuts of ``Decoder.generate`` / ``stream`` /
+#: ``chat`` and ``Engine.submit`` / ``generate`` / ``stream`` are these names
+SAMPLING_OPTIONS = tuple(f.name for f in fields(Sampling))
+
+
+def _unknown_options(names: List[str]) -> str:
+    from .refused import REFUSED, refusal
+    known = [n for n in names if n in REFUSED]
+    if known:
+        return refusal(known[0])
+    return (f"unknown sampling options {names}; the sampling keywords are "
+            f"{list(SAMPLING_OPTIONS)}")
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,15 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Deque, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Mapping, Optional, Sequence,
+                    Tuple, Union)
 
 from ._controller import Controller, new_policy
 from ._core import Model
 from ._request import Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result, tokenize
 from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
                      make_drafters, needs_hidden_rows)
-from .config import SpecConfig
+from .config import Sampling, SpecConfig
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
 from .placement import Placement
@@ -241,8 +242,8 @@ class Engine:
     def submit(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
-               ) -> RequestHandle:
+               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
+               **sampling_options: Any) -> RequestHandle:
         """Queue a request; thread-safe. Returns at once with its :class:`RequestHandle`.
 
         ``drafter``: a loaded drafter's name, a list of names (a chain), ``"plain"`` for
@@ -250,10 +251,11 @@ class Engine:
         engine's. ``logprobs``: True, or the number of top alternatives per token.
         ``timeout``: seconds from now; a request still running then ends with
         ``finish_reason == "timeout"`` and the text it had. ``stop`` and
-        ``stop_token_ids`` as for :meth:`Decoder.generate`. Bad options raise here.
+        ``stop_token_ids`` as for :meth:`Decoder.generate`, and so are ``sampling`` and
+        its keyword shortcuts (``temperature=``, ``seed=``, ...). Bad options raise here.
         """
-        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, stop_token_ids, None)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None)
         self._enqueue(state)
         return RequestHandle(state)
 
@@ -261,12 +263,12 @@ class Engine:
                        sampling: SamplingSpec = None, stop: StopSpec = (),
                        drafter: Union[str, Sequence[str], None] = None,
                        n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-                       timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
-                       ) -> GenerationResult:
+                       timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
+                       **sampling_options: Any) -> GenerationResult:
         """``await engine.generate(...)``: the options of :meth:`submit`. Cancelling the
         awaiting task cancels the request."""
-        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, stop_token_ids, None)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None)
         self._enqueue(state)
         try:
             return await asyncio.wrap_future(state.future)
@@ -277,15 +279,48 @@ class Engine:
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
-               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = ()
-               ) -> AsyncStream:
+               timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
+               **sampling_options: Any) -> AsyncStream:
         """``async for piece in engine.stream(...)``: the options of :meth:`submit`; call it
         from a running event loop."""
         loop = asyncio.get_running_loop()
-        state = self._make(prompt, max_tokens, sampling, stop, drafter, n_max, logprobs,
-                           timeout, stop_token_ids, loop)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, loop)
         self._enqueue(state)
         return AsyncStream(state)
+
+    # --- OpenAI-shaped (llama-cpp-python's names) ----------------------------------------
+
+    def create_completion(self, prompt: Union[str, Sequence[int]], **request: Any
+                          ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``/v1/completions`` in Python, waited for in this thread: the answer ``specdec
+        serve`` gives to the request body ``request`` (an iterator of chunk dicts with
+        ``stream=True``). The body's ``specdec`` object picks a drafter and ``n_max``.
+        See :mod:`specdec.openai_face`."""
+        from .openai_face import engine_call
+        return engine_call(self, "completion", dict(request, prompt=prompt), None)
+
+    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
+                               chat_template: Optional[str] = None, **request: Any
+                               ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``/v1/chat/completions`` in Python (``chat_template``: Jinja source or a llama.cpp
+        built-in name, instead of the model's own)."""
+        from .openai_face import engine_call
+        return engine_call(self, "chat", dict(request, messages=list(messages)), chat_template)
+
+    async def acreate_completion(self, prompt: Union[str, Sequence[int]], **request: Any
+                                 ) -> Union[Dict[str, Any], AsyncIterator[Dict[str, Any]]]:
+        """:meth:`create_completion` from asyncio (``stream=True``: an async iterator)."""
+        from .openai_face import engine_acall
+        return await engine_acall(self, "completion", dict(request, prompt=prompt), None)
+
+    async def acreate_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
+                                      chat_template: Optional[str] = None, **request: Any
+                                      ) -> Union[Dict[str, Any], AsyncIterator[Dict[str, Any]]]:
+        """:meth:`create_chat_completion` from asyncio."""
+        from .openai_face import engine_acall
+        return await engine_acall(self, "chat", dict(request, messages=list(messages)),
+                                  chat_template)
 
     # --- state --------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ class Stats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
-    acceptance_rate: float = 0.0
+    acceptance_rate: Optional[float] = None   # accepted / drafted; None: nothing was drafted
     drafted_per_position: List[int] = field(default_factory=list)
     accepted_per_position: List[int] = field(default_factory=list)
     draft_rounds: int = 0
@@ -79,8 +79,9 @@ class GenerationResult:
     """``finish_reason``: ``"length"`` (``max_tokens`` reached), ``"stop"`` (a stop string;
     ``text`` ends right before it, and ``tokens`` ends with the token in which it begins),
     ``"eos"`` (the model's end-of-generation token, which is not in ``tokens``),
-    ``"context"`` (the context window is full), or for an :class:`~specdec.Engine` request
-    cut short, ``"cancelled"`` or ``"timeout"``."""
+    ``"context"`` (the context window is full), or for a request cut short,
+    ``"cancelled"`` (a Decoder stream closed early, an Engine request cancelled) or
+    ``"timeout"``."""
 
     text: str
     tokens: List[int]

@@ -278,11 +278,15 @@ def test_chat_cli(models):
     model = models["chatml"]
     p = subprocess.run([sys.executable, "-m", "specdec", "chat", "-m", model.path,
                         "--system", "Be brief.", "-n", "16"],
-                       input="Hello\n/reset\nAgain\n", capture_output=True, text=True,
-                       cwd=tempfile.gettempdir(), timeout=300)
+                       input="Hello\n/help\n/reset\n/nope\nAgain\n", capture_output=True,
+                       text=True, cwd=tempfile.gettempdir(), timeout=300)
     assert p.returncode == 0, p.stderr
+    # the commands never reach the model: two replies, to Hello and Again
     assert p.stdout.splitlines() == ["Hi!", "Hi!"]
     assert p.stderr.count("[3 tokens,") == 2 and "finish=eos" in p.stderr
+    assert "/reset" in p.stderr and "/exit" in p.stderr                  # /help lists them
+    assert "[conversation reset: the system message is kept]" in p.stderr
+    assert "[unknown command /nope: /help lists them]" in p.stderr
 
 
 def test_chat_cli_without_template(no_template_model):
@@ -290,3 +294,5 @@ def test_chat_cli_without_template(no_template_model):
                        input="", capture_output=True, text=True, cwd=tempfile.gettempdir(),
                        timeout=300)
     assert p.returncode == 1 and "no chat template" in p.stderr
+    # the flag to type, not the Python keyword
+    assert "--chat-template" in p.stderr and "chat_template=" not in p.stderr, p.stderr

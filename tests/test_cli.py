@@ -50,3 +50,24 @@ def test_bad_model_is_a_clear_error(tmp_path):
     assert p.returncode == 1 and "not a GGUF" in p.stderr
     p = _run("generate", "-m", str(tmp_path / "missing.gguf"), "-p", "x", check=False)
     assert p.returncode == 1 and "not found" in p.stderr
+
+
+def test_errors_name_flags_not_python_keywords(tiny_dense_path):
+    import argparse
+
+    from specdec.cli import in_flags
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    g = sub.add_parser("generate")
+    g.add_argument("--n-gpu-layers", "-ngl", type=int)
+    g.add_argument("--chat-template")
+    assert in_flags("use n_gpu_layers=0 for the CPU; pass chat_template= a name, not x=1",
+                    parser, "generate") == \
+        "use --n-gpu-layers 0 for the CPU; pass --chat-template a name, not x=1"
+    import specdec
+    if any(d["type"] in ("gpu", "igpu") for d in specdec.devices()):
+        pytest.skip("this build has an accelerator: -ngl 99 works")
+    p = _run("generate", "-m", tiny_dense_path, "-p", "x", "-n", "2", "-ngl", "99", check=False)
+    assert p.returncode == 1 and "--n-gpu-layers 99 asks for layers on a device" in p.stderr
+    assert "n_gpu_layers" not in p.stderr, p.stderr

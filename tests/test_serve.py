@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import sys
 import tempfile
 import threading
@@ -111,8 +112,33 @@ def test_models_and_health(ending):
     assert ending.get("/health") == (200, {"status": "ok", "slots": 2, "running": 0, "queued": 0})
 
 
+def test_banner_and_access_log(ending, looping):
+    """The first minute: a line saying where the server listens and what answers there, then
+    one access-log line per request, without -v."""
+    assert ending.get("/v1/models")[0] == 200
+    assert ending.post("/v1/completions", {"prompt": "x", "n": 5})[0] == 400
+    log = ending.log_path.read_text()
+    assert (f"listening on {ending.url} (OpenAI API at {ending.url}/v1) | model tiny (" in log
+            and "drafters: none (plain decoding) | 2 slots of 512 tokens" in log), log
+    assert '"GET /v1/models" 200' in log and '"POST /v1/completions" 400' in log, log
+    looping.get("/health")
+    assert "drafters: ngram | 4 slots of 4096 tokens" in looping.log_path.read_text()
+
+
+def test_default_port_is_the_readmes():
+    """One default port: the code's, which the README's examples use."""
+    from specdec.serve.cli import DEFAULT_PORT
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    serving = readme.split("### Serving")[1].split("\n### ")[0]
+    ports = set(re.findall(r"(?:127\.0\.0\.1|localhost):(\d+)", serving))
+    assert ports == {str(DEFAULT_PORT)}, ports
+    assert "--port" not in serving.split("```")[1]     # the example runs on the default
+
+
 def test_chat_sync(ending):
     r = ending.client().chat.completions.create(model="tiny", messages=HELLO, temperature=0)
+    assert r.usage.model_extra["speculation"]["acceptance_rate"] is None   # nothing drafted
     c = r.choices[0]
     assert (c.message.role, c.message.content, c.finish_reason) == ("assistant", REPLY, "stop")
     assert r.usage.completion_tokens == len(REPLY)
@@ -284,6 +310,42 @@ def test_errors_through_the_client(ending):
     assert e.value.status_code == 413 and e.value.code == "context_length_exceeded"
     assert c.chat.completions.create(model="tiny", messages=HELLO,
                                      temperature=0).choices[0].message.content == REPLY
+
+
+def _asking_value(neutral):
+    """A value of a refused field that asks for something (none of its no-op values)."""
+    if not neutral:
+        return "x"
+    n = neutral[0]
+    if isinstance(n, bool):
+        return not n
+    if isinstance(n, (int, float)):
+        return max(neutral) + 1
+    return {str: "x-other", list: ["x"], dict: {"type": "json_object"}}[type(n)]
+
+
+def test_refused_fields_through_extra_body(ending):
+    """Every field of vLLM's, llama-server's and llama-cpp-python's requests that specdec does
+    not honour gets a 400 naming it, on both endpoints; its no-op values and unknown fields
+    are accepted."""
+    from specdec.refused import REFUSED
+
+    c = ending.client()
+    for name, (neutral, _) in REFUSED.items():
+        extra = {name: _asking_value(neutral)}
+        with pytest.raises(openai.BadRequestError) as e:
+            c.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2,
+                                      extra_body=extra)
+        assert e.value.param == name and f"'{name}'" in e.value.message, (name, e.value)
+        assert e.value.code == "unsupported_parameter"
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model="tiny", prompt="x", max_tokens=2, extra_body=extra)
+        assert e.value.param == name, (name, e.value)
+    neutral = {name: row[0][0] for name, row in REFUSED.items() if row[0]}
+    r = c.chat.completions.create(model="tiny", messages=HELLO, temperature=0,
+                                  extra_body=dict(neutral, some_field_nobody_defines=1))
+    assert r.choices[0].message.content == REPLY
+    assert ending.get("/health")[0] == 200
 
 
 def test_api_key(looping):

@@ -67,7 +67,7 @@ def run(prompts: Sequence[str]) -> List[float]:
             res: GenerationResult = dec.generate(p, max_tokens=8, stop=["END"],
                                                  sampling=Sampling(temperature=0.7, seed=1))
             st: Stats = res.stats
-            rates.append(st.acceptance_rate + st.t_lm_head_s + st.t_verify_s)
+            rates.append((st.acceptance_rate or 0.0) + st.t_lm_head_s + st.t_verify_s)
             for piece in dec.stream(p, max_tokens=4):
                 print(piece, end="")
     one = generate(str(specdec.default_model_path()), "Hi", max_tokens=2, drafter=Repeat)

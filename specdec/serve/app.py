@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional, Tuple
 
@@ -20,12 +21,14 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._core import ContextFullError
-from ..chat import chat_prompt
-from .backend import Job, Piece, Work
+from .backend import Job, Piece
 from .metrics import Metrics
-from .protocol import (APIError, Envelope, Spec, bad, chat_spec, chunk, completion_spec,
-                       finish_reason, full_response, usage_chunk)
+from .protocol import (APIError, Chunks, Envelope, Spec, Work, bad, chat_spec, completion_spec,
+                       full_response, work)
 
+#: the logger of the access log: one INFO line per request (``specdec serve`` shows it)
+ACCESS_LOG = "specdec.serve.access"
+_access = logging.getLogger(ACCESS_LOG)
 #: the largest request body read (bytes)
 MAX_BODY = 8 << 20
 #: how often a non-streaming request checks that its client is still there (seconds)
@@ -80,6 +83,7 @@ class Server:
     def _endpoint(self, name: str, handler: Callable[[Request], Awaitable[Response]]
                   ) -> Callable[[Request], Awaitable[Response]]:
         async def run(request: Request) -> Response:
+            t0 = time.monotonic()
             try:
                 if name != "health":
                     self._auth(request)
@@ -87,6 +91,13 @@ class Server:
             except APIError as e:
                 resp = _error(e)
             self.metrics.requests.labels(name, str(resp.status_code)).inc()
+            if _access.isEnabledFor(logging.INFO):
+                # a stream's line comes when its headers go out, before its body
+                client = request.client
+                _access.info('%s "%s %s" %d %.0f ms%s', client.host if client else "-",
+                             request.method, request.url.path, resp.status_code,
+                             (time.monotonic() - t0) * 1e3,
+                             " (stream)" if isinstance(resp, StreamingResponse) else "")
             return resp
         return run
 
@@ -135,38 +146,12 @@ class Server:
 
     # --- generation -------------------------------------------------------------------------
 
-    def _tokens(self, spec: Spec) -> Tuple[List[int], List[str], List[int]]:
-        """Prompt tokens, and the stop strings and stop tokens the chat template adds."""
-        model = self.backend.model
-        if spec.kind == "chat":
-            try:
-                p = chat_prompt(model, spec.prompt, chat_template=self.chat_template,
-                                **spec.template_vars)
-            except (ValueError, TypeError) as e:
-                raise bad(str(e), "messages") from None
-            return p.tokens, p.stop, p.stop_token_ids
-        if isinstance(spec.prompt, str):
-            return model.tokenize(spec.prompt, add_special=True, parse_special=True), [], []
-        n_vocab = model.n_vocab
-        if not all(0 <= t < n_vocab for t in spec.prompt):
-            raise bad(f"prompt token ids must be in [0, {n_vocab})", "prompt")
-        return list(spec.prompt), [], []
-
     def _work(self, spec: Spec) -> Work:
         try:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        tokens, stops, stop_ids = self._tokens(spec)
-        room = self.backend.n_ctx_seq - len(tokens)
-        if room < 1:
-            raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "
-                           f"holds {self.backend.n_ctx_seq} per request, generation included",
-                           param="prompt" if spec.kind == "completion" else "messages",
-                           code="context_length_exceeded")
-        return Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
-                    sampling=spec.sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
-                    stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
+        return work(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template)
 
     async def _generate(self, request: Request, spec: Spec) -> Response:
         work = self._work(spec)
@@ -219,14 +204,13 @@ class Server:
 
     async def _events(self, job: Job, env: Envelope, spec: Spec, arrived: float
                       ) -> AsyncIterator[str]:
+        chunks = Chunks(env, spec.include_usage)
         try:
-            if spec.kind == "chat":
-                yield _sse(chunk(env, "", first=True))
-            offset = 0
+            for c in chunks.start():
+                yield _sse(c)
             try:
                 async for piece in self._pieces(job, arrived):
-                    yield _sse(chunk(env, piece.text, logprobs=piece.logprobs, offset=offset))
-                    offset += len(piece.text)
+                    yield _sse(chunks.piece(piece.text, piece.logprobs))
             except (ValueError, TypeError, ContextFullError) as e:
                 yield _sse(bad(str(e)).body())
                 yield "data: [DONE]\n\n"
@@ -238,9 +222,8 @@ class Server:
                 return
             res = job.result
             assert res is not None
-            yield _sse(chunk(env, None, finish=finish_reason(res)))
-            if spec.include_usage:
-                yield _sse(usage_chunk(env, res.stats))
+            for c in chunks.end(res):
+                yield _sse(c)
             yield "data: [DONE]\n\n"
         finally:
             job.cancel()    # a client gone mid-stream: the slot is freed at the next round

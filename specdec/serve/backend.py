@@ -8,12 +8,11 @@ its slot.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
-from ..config import Sampling
 from ..results import GenerationResult
-from .protocol import TokenLP
+from .protocol import TokenLP, Work, token_logprobs
 
 
 @dataclass
@@ -23,19 +22,6 @@ class Piece:
     text: str
     n_tokens: int
     logprobs: Optional[List[TokenLP]] = None
-
-
-@dataclass
-class Work:
-    """A request ready to run: prompt tokens and per-request options."""
-
-    tokens: List[int]
-    max_tokens: int
-    sampling: Sampling
-    stop: List[str]
-    logprobs: int = -1
-    stop_token_ids: List[int] = field(default_factory=list)
-    options: Optional[Dict[str, Any]] = None
 
 
 class Job:
@@ -85,23 +71,11 @@ class EngineBackend:
 
     def submit(self, work: Work) -> Job:
         """Queue ``work`` (from the event loop); bad options raise ``ValueError`` here."""
-        opts = work.options or {}
-        logprobs: Any = None if work.logprobs < 0 else (work.logprobs or True)
-        return Job(self, self.engine.stream(
-            work.tokens, max_tokens=work.max_tokens, sampling=work.sampling, stop=work.stop,
-            stop_token_ids=work.stop_token_ids, drafter=opts.get("drafter"),
-            n_max=opts.get("n_max"), logprobs=logprobs))
-
-    def _text(self, tok: int) -> str:
-        text: str = self.model.token_to_piece(tok).decode("utf-8", "replace")
-        return text
+        return Job(self, self.engine.stream(work.tokens, **work.engine_args()))
 
     def logprobs_of(self, tokens: List[int], lps: Any) -> Optional[List[TokenLP]]:
         """The engine's per-token logprobs as (text, logprob, [(alt text, logprob)])."""
-        if lps is None:
-            return None
-        return [(self._text(t), lp.logprob, [(self._text(a), alp) for a, alp in lp.top])
-                for t, lp in zip(tokens, lps)]
+        return token_logprobs(self.model, tokens, lps)
 
     def close(self) -> None:
         self.engine.close()

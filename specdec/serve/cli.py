@@ -2,13 +2,19 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
+import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, List
 
 
 from ..prompt_cache import DEFAULT_MIB
+
+#: the port ``specdec serve`` binds unless told (not llama-server's 8080 nor vLLM's 8000, so
+#: that specdec can run beside either for a comparison); the README's examples use it
+DEFAULT_PORT = 8937
 
 
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -18,7 +24,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                        "/v1/chat/completions, /metrics); needs specdec[serve]")
     _add_model_option(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks one)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT,
+                   help=f"port (default {DEFAULT_PORT}; 0 picks one)")
     p.add_argument("--api-key", default=os.environ.get("SPECDEC_API_KEY"),
                    help="require 'Authorization: Bearer KEY' (default $SPECDEC_API_KEY; "
                         "/health stays open)")
@@ -33,8 +40,8 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                    help="host memory for the KV of prompts whose slot was taken since, restored "
                         "when they come back (default %d MiB; 0: none)" % DEFAULT_MIB)
     _add_decoder_options(p)
-    p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log and "
-                   "every request")
+    p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log (the "
+                   "startup banner and one access-log line per request show without it)")
 
 
 def engine(path: str, args: argparse.Namespace) -> Any:
@@ -52,11 +59,36 @@ def engine(path: str, args: argparse.Namespace) -> Any:
                   n_slots=args.slots, prompt_cache_mib=cache, **opts)
 
 
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port`` (port 0: a free one), bound before the banner so
+    that the banner names the real port and a request sent after it is queued."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                      flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def banner(url: str, names: List[str], path: str, eng: Any) -> str:
+    """The startup line: where to send requests, and what answers them."""
+    drafters = ", ".join(eng.drafters) or "none (plain decoding)"
+    return (f"specdec serve: listening on {url} (OpenAI API at {url}/v1) | model "
+            f"{', '.join(names)} ({path}) | drafters: {drafters} | {eng.n_slots} slots of "
+            f"{eng.n_ctx} tokens")
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
         from . import EngineBackend, create_app
+        from .app import ACCESS_LOG
     except ImportError as e:
         print(f"specdec serve needs the serve extra: pip install 'specdec[serve]' ({e})",
               file=sys.stderr)
@@ -72,9 +104,21 @@ def run(args: argparse.Namespace) -> int:
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"specdec serve: WARNING: binding {args.host} without --api-key: anyone who can "
               "reach this port can use the model", file=sys.stderr)
+    # the access log: one INFO line per request (see app.Server._endpoint)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    access = logging.getLogger(ACCESS_LOG)
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
     try:
-        uvicorn.run(app, host=args.host, port=args.port,
-                    log_level="info" if args.verbose else "warning")
+        sock = _listen(args.host, args.port)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        print(banner(f"http://{shown}:{port}", names, path, backend.engine), file=sys.stderr,
+              flush=True)
+        config = uvicorn.Config(app, log_level="warning", access_log=False)
+        uvicorn.Server(config).run(sockets=[sock])
     finally:
         backend.close()
     return 0

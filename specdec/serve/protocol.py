@@ -1,9 +1,9 @@
 """The OpenAI wire format: request bodies checked into :class:`Job` specs, results and
 stream chunks shaped as OpenAI's, and errors in its error shape.
 
-Parameters a request may send but this server cannot honour (``n`` > 1, penalties,
-``logit_bias``, tools, ``echo``, ``suffix``) are refused with a 400 naming them rather than
-silently ignored; unknown fields are ignored, as OpenAI-compatible servers do.
+Fields of OpenAI's, vLLM's, llama-server's or llama-cpp-python's requests that this server
+does not honour (the table :data:`specdec.refused.REFUSED`) are refused with a 400 naming them
+rather than silently ignored; unknown fields are ignored, as OpenAI-compatible servers do.
 """
 from __future__ import annotations
 
@@ -13,8 +13,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from .._core import Model
+from ..chat import chat_prompt
 from ..config import Sampling
-from ..results import GenerationResult, Stats
+from ..refused import refusal, refused_field
+from ..results import GenerationResult, Stats, TokenLogprob
 
 #: OpenAI's limits
 MAX_STOP = 4
@@ -68,6 +71,31 @@ class Spec:
     template_vars: Dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Work:
+    """A request ready to run: prompt tokens and per-request options."""
+
+    tokens: List[int]
+    max_tokens: int
+    sampling: Sampling
+    stop: List[str]
+    logprobs: int = -1
+    stop_token_ids: List[int] = field(default_factory=list)
+    options: Optional[Dict[str, Any]] = None
+
+    def run_args(self) -> Dict[str, Any]:
+        """The keywords of ``Decoder.generate`` / ``stream`` that run it."""
+        return dict(max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
+                    stop_token_ids=self.stop_token_ids,
+                    logprobs=None if self.logprobs < 0 else (self.logprobs or True))
+
+    def engine_args(self) -> Dict[str, Any]:
+        """The keywords of ``Engine.submit`` / ``generate`` / ``stream``: the run's, and the
+        drafter and draft length of the ``specdec`` extension."""
+        opts = self.options or {}
+        return dict(self.run_args(), drafter=opts.get("drafter"), n_max=opts.get("n_max"))
+
+
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -92,27 +120,10 @@ def _int(body: Mapping[str, Any], name: str, lo: int, hi: int) -> Optional[int]:
 
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
-    n = body.get("n")
-    if n is not None and n != 1:
-        raise bad("only n=1 is supported", "n")
-    best_of = body.get("best_of")
-    if best_of is not None and best_of != 1:
-        raise bad("only best_of=1 is supported", "best_of")
-    for name in ("presence_penalty", "frequency_penalty"):
-        v = body.get(name)
-        if v is not None and v != 0:
-            raise bad(f"'{name}' is not supported (only 0)", name)
-    if body.get("logit_bias"):
-        raise bad("'logit_bias' is not supported", "logit_bias")
-    if body.get("tools") or body.get("functions"):
-        raise bad("tools and functions are not supported", "tools")
-    if body.get("echo"):
-        raise bad("'echo' is not supported", "echo")
-    if body.get("suffix"):
-        raise bad("'suffix' is not supported", "suffix")
-    fmt = body.get("response_format")
-    if fmt is not None and (not isinstance(fmt, Mapping) or fmt.get("type") != "text"):
-        raise bad("only response_format {'type': 'text'} is supported", "response_format")
+    """A field another server defines and specdec does not honour: a 400 naming it."""
+    name = refused_field(body)
+    if name is not None:
+        raise bad(refusal(name), name, code="unsupported_parameter")
 
 
 def _stop(body: Mapping[str, Any]) -> List[str]:
@@ -228,6 +239,39 @@ def chat_spec(body: Any, models: Sequence[str]) -> Spec:
                 logprobs=(top or 0) if want else -1, template_vars=dict(kwargs), **common)
 
 
+def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str]
+                  ) -> Tuple[List[int], List[str], List[int]]:
+    """Prompt tokens, and the stop strings and stop tokens the chat template adds."""
+    if spec.kind == "chat":
+        try:
+            p = chat_prompt(model, spec.prompt, chat_template=chat_template,
+                            **spec.template_vars)
+        except (ValueError, TypeError) as e:
+            raise bad(str(e), "messages") from None
+        return p.tokens, p.stop, p.stop_token_ids
+    if isinstance(spec.prompt, str):
+        return model.tokenize(spec.prompt, add_special=True, parse_special=True), [], []
+    n_vocab = model.n_vocab
+    if not all(0 <= t < n_vocab for t in spec.prompt):
+        raise bad(f"prompt token ids must be in [0, {n_vocab})", "prompt")
+    return list(spec.prompt), [], []
+
+
+def work(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]) -> Work:
+    """What ``spec`` runs: its prompt rendered and tokenized, ``max_tokens`` held to the
+    room a request has in a context of ``n_ctx_seq`` tokens."""
+    tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template)
+    room = n_ctx_seq - len(tokens)
+    if room < 1:
+        raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "
+                       f"holds {n_ctx_seq} per request, generation included",
+                       param="prompt" if spec.kind == "completion" else "messages",
+                       code="context_length_exceeded")
+    return Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
+                sampling=spec.sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
+                stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
+
+
 # --- answers ----------------------------------------------------------------------------
 
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "context": "length"}
@@ -272,6 +316,19 @@ class Envelope:
 TokenLP = Tuple[str, float, List[Tuple[str, float]]]
 
 
+def token_logprobs(model: Model, tokens: List[int], lps: Optional[List[TokenLogprob]]
+                   ) -> Optional[List[TokenLP]]:
+    """A result's per-token logprobs as (text, logprob, [(alt text, logprob)])."""
+    if lps is None:
+        return None
+
+    def text(tok: int) -> str:
+        piece: str = model.token_to_piece(tok).decode("utf-8", "replace")
+        return piece
+    return [(text(t), lp.logprob, [(text(a), alp) for a, alp in lp.top])
+            for t, lp in zip(tokens, lps)]
+
+
 def chat_logprobs(items: List[TokenLP]) -> Dict[str, Any]:
     def one(text: str, lp: float) -> Dict[str, Any]:
         return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
@@ -290,6 +347,7 @@ def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
 
 def full_response(env: Envelope, res: GenerationResult,
                   logprobs: Optional[List[TokenLP]]) -> Dict[str, Any]:
+    """The whole answer (``stream: false``)."""
     if env.kind == "chat":
         choice = {"index": 0, "message": {"role": "assistant", "content": res.text},
                   "logprobs": chat_logprobs(logprobs) if logprobs is not None else None,
@@ -322,3 +380,29 @@ def chunk(env: Envelope, text: Optional[str], *, first: bool = False,
 def usage_chunk(env: Envelope, st: Stats) -> Dict[str, Any]:
     obj = "chat.completion.chunk" if env.kind == "chat" else "text_completion"
     return env.wrap(obj, [], usage=usage(st))
+
+
+class Chunks:
+    """The chunks of one streamed answer, in order: the server sends each as an event, the
+    Python face (:mod:`specdec.openai_face`) yields each as a dict."""
+
+    def __init__(self, env: Envelope, include_usage: bool) -> None:
+        self.env = env
+        self.include_usage = include_usage
+        self.offset = 0
+
+    def start(self) -> List[Dict[str, Any]]:
+        """Before the first piece: chat announces the assistant's role."""
+        return [chunk(self.env, "", first=True)] if self.env.kind == "chat" else []
+
+    def piece(self, text: str, logprobs: Optional[List[TokenLP]]) -> Dict[str, Any]:
+        c = chunk(self.env, text, logprobs=logprobs, offset=self.offset)
+        self.offset += len(text)
+        return c
+
+    def end(self, res: GenerationResult) -> List[Dict[str, Any]]:
+        """After the last piece: the finish reason, then the usage when it was asked for."""
+        out = [chunk(self.env, None, finish=finish_reason(res))]
+        if self.include_usage:
+            out.append(usage_chunk(self.env, res.stats))
+        return out
