@@ -4,6 +4,7 @@ from libcpp.vector cimport vector
 
 from ._core cimport Model, Context, Batch
 from ._sampling cimport SamplingParams, Rng
+from ._penalty cimport Penalty
 from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, N_PARTS
 from ._output cimport TextOutput
@@ -30,6 +31,7 @@ cdef class _Seq:
     cdef TextOutput out
     cdef Rng rng
     cdef SamplingParams sp
+    cdef Penalty pen         # penalties and logit_bias (None: none)
     cdef bint greedy
     cdef list drafters       # the sequence's drafters, tried in order
     cdef int n_drafters

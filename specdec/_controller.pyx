@@ -36,6 +36,7 @@ import numpy as np
 from ._core cimport Model, Context, Batch
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, Rng, argmax
+from ._penalty cimport Penalty
 from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
@@ -169,7 +170,8 @@ cdef class Controller:
     def join(self, int seq, prompt, *, int max_tokens, seed=0, float temperature=0.0,
              int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), stop_ids=(),
              drafters=None, int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
-             bint reuse=False, bint defer=False) -> int:
+             bint reuse=False, bint defer=False, float repetition_penalty=1.0,
+             float presence_penalty=0.0, float frequency_penalty=0.0, logit_bias=()) -> int:
         """Begin a request on free slot ``seq``: decode its prompt and sample the first token.
 
         ``prompt``: checked token ids. ``drafters``: a subset of the controller's, tried
@@ -180,6 +182,8 @@ cdef class Controller:
         recurrent/hybrid ones only where the held state ends). ``defer``: decode nothing
         yet; ``prefill`` decodes the prompt a chunk at a time, and rounds leave the
         sequence out until it is all in. Returns the number of prompt tokens to decode.
+        The penalties and ``logit_bias`` (checked ``(token, bias)`` pairs) transform each
+        verify row for its history (see ``_penalty.pyx``).
         """
         self.ctx._alive()
         cdef _Seq s = self._seq(seq)
@@ -211,6 +215,11 @@ cdef class Controller:
         s.sp.top_p = top_p
         s.sp.min_p = min_p
         s.rng = Rng(seed)
+        s.pen = Penalty(self.model.n_vocab, prompt, repetition=repetition_penalty,
+                        presence=presence_penalty, frequency=frequency_penalty,
+                        logit_bias=logit_bias)
+        if not s.pen.active:
+            s.pen = None
         s.out = TextOutput(self.model, max_tokens, stop, logprobs, stop_ids)
         self.errors.pop(seq, None)
         s.kind = NO_DRAFT
@@ -361,6 +370,7 @@ cdef class Controller:
         cdef _Seq s = self._seq(seq)
         s.active = False
         s.row0 = -1
+        s.pen = None            # its per-token counts (a vocabulary's worth)
         if s.prefilling:
             s.prefilling = False
             s.prompt.clear()
@@ -472,6 +482,7 @@ cdef class Controller:
             s.prompt.clear()
             s.prefilling = False
             self._save_window(s)
+            self.verifier.pen = s.pen
             s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
             self._emit(s, s.last, m - 1)
         t0 = now() - t0
@@ -483,6 +494,8 @@ cdef class Controller:
 
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1:
         """Append one token to the sequence's output; True when it is finished."""
+        if s.pen is not None:
+            s.pen.push(tok)
         return s.out.push(tok, self.ctx.logits_c(row) if s.out.n_top >= 0 else NULL)
 
     cdef int _propose(self, _Seq s, int k_cap) except -1:
@@ -752,6 +765,7 @@ cdef class Controller:
             # exact mode: the lazy head computes two rows, as a verify's first pass does
             self.ctx.prepare_logits_c(s.row0 + s.a, 2)
             t_head = lap(&self.clock, T_HEAD)
+            self.verifier.pen = s.pen
             z = self.verifier.sample(s.row0 + s.a + 1, s.greedy, s.sp, s.rng)
             s.n_past += 1
             s.mem.push_back(s.last)
@@ -780,6 +794,7 @@ cdef class Controller:
         if s.n_pad > 0 and not self.ckpt and not rs:
             if not self.ctx.seq_rm_c(s.id, s.n_past + 1 + k, -1):
                 raise RuntimeError("could not drop the padding rows")
+        self.verifier.pen = s.pen
         if s.greedy:
             a = self.verifier.greedy(s.row0, s.draft, k, &y)
         else:

@@ -141,6 +141,8 @@ class Request:
              sampling: SamplingSpec, stop: StopSpec, logprobs: Any = None,
              stop_token_ids: Any = None) -> "Request":
         s = Sampling.resolve(sampling)
+        for t, _ in s.logit_bias:
+            token_id(model, t, "logit_bias")
         seed = s.seed if s.seed is not None else int.from_bytes(os.urandom(8), "little")
         return cls(prompt=check_prompt(model, prompt, n_ctx_seq),
                    max_tokens=check_max_tokens(max_tokens), sampling=s, seed=seed,
@@ -152,7 +154,9 @@ class Request:
         return dict(max_tokens=self.max_tokens, seed=(self.seed + seed_offset) % 2**64,
                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                     stop=[x.encode("utf-8") for x in self.stops], stop_ids=list(self.stop_ids),
-                    logprobs=self.logprobs)
+                    logprobs=self.logprobs, repetition_penalty=s.repetition_penalty,
+                    presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
+                    logit_bias=s.logit_bias)
 
 
 def logprob_list(raw: Optional[List[Any]]) -> Optional[List[TokenLogprob]]:

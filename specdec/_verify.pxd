@@ -2,6 +2,7 @@
 from libc.stdint cimport int32_t
 from ._core cimport Context
 from ._sampling cimport SamplingParams, Rng, Distribution
+from ._penalty cimport Penalty
 from ._timing cimport Clock
 from .drafters._base cimport Draft
 
@@ -11,11 +12,15 @@ cdef class Verifier:
     cdef int n_vocab
     cdef Distribution dist
     cdef Clock * clock
+    cdef Penalty pen         # the verified sequence's penalties and bias (None: none)
 
-    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng) except -1
+    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
+                        const int32_t * before=*, int n_before=*) except -1
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1
     cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
                        int32_t * y) except -1
+    cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
+                           int n_before) except -1
     cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
     cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil
     # hooks for tests (specdec._checks overrides them); the defaults cost a virtual call

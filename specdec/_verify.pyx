@@ -25,11 +25,16 @@ with probability ``min(1, p(d_i) / q(d_i))`` (Leviathan et al. 2023, Chen et al.
 
 With the lazy LM head a row's logits are computed when verification reaches it
 (``ready``): a rejected draft does not pay for the rows after it.
+
+Penalties and ``logit_bias`` (``pen``, set by the controller per sequence) transform row
+``row0 + i`` with the history up to it, the output plus ``d1..di``, before argmax or the
+distribution is taken, and are undone right after (see ``_penalty.pyx``).
 """
 from libc.stdint cimport int32_t
 
 from ._core cimport Context
 from ._sampling cimport SamplingParams, Rng, Distribution, argmax
+from ._penalty cimport Penalty
 from ._timing cimport Clock, lap, T_HEAD, T_VERIFY
 from .drafters._base cimport Draft
 
@@ -47,18 +52,26 @@ cdef class Verifier:
         self.dist = Distribution()
         self.clock = NULL
 
-    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng) except -1:
-        """The target's token at ``row`` (argmax, or a draw from ``p``)."""
+    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
+                        const int32_t * before=NULL, int n_before=0) except -1:
+        """The target's token at ``row`` (argmax, or a draw from ``p``); ``before``: the
+        draft tokens between the output and this row (for penalties)."""
         cdef float * lg = self.ctx.logits_c(row)
         if lg == NULL:
             raise RuntimeError(f"no logits at batch row {row}")
         cdef int32_t y
-        if greedy:
-            y = argmax(lg, self.n_vocab)
-            self._on_argmax(row, y)
-            return y
-        self.dist.from_logits(lg, self.n_vocab, sp)
-        return self.dist.sample(rng)
+        if self.pen is not None:
+            self.pen.apply(lg, before, n_before)
+        try:
+            if greedy:
+                y = argmax(lg, self.n_vocab)
+                self._on_argmax(row, y)
+                return y
+            self.dist.from_logits(lg, self.n_vocab, sp)
+            return self.dist.sample(rng)
+        finally:
+            if self.pen is not None:
+                self.pen.restore(lg)
 
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1:
         """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``."""
@@ -66,7 +79,7 @@ cdef class Verifier:
         cdef SamplingParams sp
         while True:
             n_ready = self.ready(row0, a, k, n_ready)
-            y[0] = self.sample(row0 + a, True, sp, None)
+            y[0] = self.sample(row0 + a, True, sp, None, draft.tokens.data(), a)
             if a < k and draft.tokens[a] == y[0]:
                 a += 1
                 continue
@@ -80,7 +93,7 @@ cdef class Verifier:
         cdef float px, qx, one = 1.0
         while a < k:
             n_ready = self.ready(row0, a, k, n_ready)
-            self.dist.from_logits(self.ctx.logits_c(row0 + a), self.n_vocab, sp)
+            self._distribution(row0 + a, sp, draft.tokens.data(), a)
             x = draft.tokens[a]
             px = self.dist.prob_of(x)
             qx = self._q(draft, a, x)
@@ -95,8 +108,20 @@ cdef class Verifier:
                 y[0] = self.dist.sample_residual(rng, &x, &one, 1)
             return a
         self.ready(row0, k, k, n_ready)
-        y[0] = self.sample(row0 + k, False, sp, rng)
+        y[0] = self.sample(row0 + k, False, sp, rng, draft.tokens.data(), k)
         return a
+
+    cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
+                           int n_before) except -1:
+        """``dist`` := the target's distribution at ``row`` (penalised for its history)."""
+        cdef float * lg = self.ctx.logits_c(row)
+        if self.pen is None:
+            return self.dist.from_logits(lg, self.n_vocab, sp)
+        self.pen.apply(lg, before, n_before)
+        try:
+            return self.dist.from_logits(lg, self.n_vocab, sp)
+        finally:
+            self.pen.restore(lg)
 
     cdef inline int ready(self, int row0, int a, int k, int n_ready) noexcept nogil:
         """Have the logits of verify row ``a`` computed; returns how many rows are.

@@ -17,6 +17,7 @@ from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, ma
 from .chat import ChatPrompt, chat_prompt
 from .config import SAMPLING_OPTIONS, Sampling, SpecConfig
 from .drafters import Drafter
+from .openai_face import CompletionMethods, decoder_call
 from .placement import Placement
 from .prompt_cache import PromptCache
 from .results import GenerationResult, Piece, Stats
@@ -33,7 +34,7 @@ def _run(ctl: Controller) -> None:
         pass
 
 
-class Decoder:
+class Decoder(CompletionMethods):
     """A model, its context and its drafters, kept across calls.
 
     Parameters
@@ -307,8 +308,8 @@ class Decoder:
         alternatives too (``GenerationResult.logprobs``).
 
         ``sampling``: a :class:`Sampling` (or a dict of its fields); or, instead, its fields
-        as keywords: ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``
-        (``config.SAMPLING_OPTIONS``). Giving both is a ``ValueError``."""
+        as keywords (``config.SAMPLING_OPTIONS``: ``temperature``, ``top_k``, ``top_p``,
+        ``min_p``, ``seed``, the penalties, ``logit_bias``). Giving both is a ``ValueError``."""
         sampling = Sampling.resolve(sampling, **sampling_options)
         self._acquire()
         try:
@@ -375,25 +376,11 @@ class Decoder:
         return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling, stop=stops,
                            logprobs=logprobs, stop_token_ids=p.stop_token_ids)
 
-    # --- OpenAI-shaped (llama-cpp-python's names) --------------------------------------
-
-    def create_completion(self, prompt: Union[str, Sequence[int]], **request: Any
-                          ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
-        """``/v1/completions`` in Python, as llama-cpp-python's: ``request`` is the rest of
-        the request body (``max_tokens``, ``temperature``, ``stop``, ``logprobs``,
-        ``stream``, ...), the answer OpenAI's ``text_completion`` dict that ``specdec
-        serve`` returns (an iterator of chunk dicts with ``stream=True``). See
-        :mod:`specdec.openai_face`."""
-        from .openai_face import decoder_call
-        return decoder_call(self, "completion", dict(request, prompt=prompt), None)
-
-    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
-                               chat_template: Optional[str] = None, **request: Any
-                               ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
-        """``/v1/chat/completions`` in Python: a ``chat.completion`` dict (chunks with
-        ``stream=True``); ``chat_template`` as for :meth:`chat`."""
-        from .openai_face import decoder_call
-        return decoder_call(self, "chat", dict(request, messages=list(messages)), chat_template)
+    def _openai_call(self, kind: str, body: Dict[str, Any], chat_template: Optional[str]
+                     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``create_completion`` / ``create_chat_completion`` (:class:`CompletionMethods`):
+        the choices one after the other on this Decoder."""
+        return decoder_call(self, kind, body, chat_template)
 
     def _chat_prompt(self, messages: Sequence[Mapping[str, Any]], sampling: SamplingSpec,
                      stop: Union[str, Iterable[str]], chat_template: Optional[str],

@@ -56,12 +56,20 @@ def _add_sampling_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--repetition-penalty", type=float, default=1.0,
+                   help="divide the logits of prompt and output tokens (vLLM's; 1 = off)")
+    p.add_argument("--presence-penalty", type=float, default=0.0,
+                   help="subtract from tokens already in the output (OpenAI's; 0 = off)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0,
+                   help="subtract per occurrence in the output (OpenAI's; 0 = off)")
 
 
 def _sampling(args: argparse.Namespace):
     from .config import Sampling
     return Sampling(temperature=args.temp, top_k=args.top_k, top_p=args.top_p,
-                    min_p=args.min_p, seed=args.seed)
+                    min_p=args.min_p, seed=args.seed, repetition_penalty=args.repetition_penalty,
+                    presence_penalty=args.presence_penalty,
+                    frequency_penalty=args.frequency_penalty)
 
 
 def _model_path(args: argparse.Namespace) -> str:
@@ -279,7 +287,8 @@ def _version() -> str:
 def in_flags(message: str, parser: argparse.ArgumentParser, command: str) -> str:
     """An error of the Python API as the command line says it: ``name=value`` of a keyword
     that ``command`` has as a flag becomes ``--flag value`` (``n_gpu_layers=0`` ->
-    ``--n-gpu-layers 0``), so that the user is told what to type."""
+    ``--n-gpu-layers 0``), and such a keyword named alone (with an underscore, so no plain
+    word) becomes its flag, so that the user is told what to type."""
     flags: Dict[str, str] = {}
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction) and command in action.choices:
@@ -289,10 +298,13 @@ def in_flags(message: str, parser: argparse.ArgumentParser, command: str) -> str
                     flags[a.dest] = longs[0]
 
     def flag(m: "re.Match[str]") -> str:
-        name = m.group(1)
-        return f"{flags[name]} " if name in flags else m.group(0)
+        name, eq = m.group(1), m.group(2)
+        if name not in flags or not (eq or "_" in name):
+            return m.group(0)
+        return flags[name] + (" " if eq else "")
 
-    return re.sub(r"\b([a-z][a-z0-9_]*)= ?", flag, message)
+    # ``name=`` of any flag, and a bare keyword with an underscore (``presence_penalty must``)
+    return re.sub(r"\b([a-z][a-z0-9_]*)(= ?)?", flag, message)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, Optional, Tuple, Union
 
 # the longest draft a round may verify (its batch holds n_max + 1 rows per sequence)
 N_MAX_LIMIT = 64
@@ -17,6 +17,14 @@ class Sampling:
     Otherwise top-k, top-p and min-p filter the raw logits, then temperature
     scales them (llama.cpp's order), and speculative verification uses
     rejection sampling so the output distribution is exactly this one.
+
+    Before either, ``logit_bias`` (token id -> added to its logit, as OpenAI's) and the
+    penalties change the logits by the history, with vLLM's meanings:
+    ``repetition_penalty`` divides the positive logit (multiplies the negative one) of a
+    token in the prompt or the output; ``presence_penalty`` is subtracted from a token in
+    the output, ``frequency_penalty`` times its count there. Each verify row is
+    penalised with the history up to it, so greedy speculation still equals plain
+    decoding and sampled speculation still samples this distribution.
     """
 
     temperature: float = 0.0
@@ -24,6 +32,11 @@ class Sampling:
     top_p: float = 1.0
     min_p: float = 0.0
     seed: Optional[int] = None
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    #: (token id, bias) pairs, sorted; a mapping given is turned into them
+    logit_bias: Tuple[Tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "min_p"):
@@ -42,6 +55,18 @@ class Sampling:
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
                                       or not -2**63 <= self.seed < 2**64):
             raise ValueError(f"seed must be None or an int in [-2**63, 2**64), got {self.seed!r}")
+        for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+        if not 0.0 < self.repetition_penalty <= MAX_REPETITION_PENALTY:
+            raise ValueError(f"repetition_penalty must be in (0, {MAX_REPETITION_PENALTY}], got "
+                             f"{self.repetition_penalty}")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2.0 <= getattr(self, name) <= 2.0:
+                raise ValueError(f"{name} must be in [-2, 2] (OpenAI's range), got "
+                                 f"{getattr(self, name)}")
+        object.__setattr__(self, "logit_bias", bias_pairs(self.logit_bias))
 
     @property
     def greedy(self) -> bool:
@@ -67,14 +92,45 @@ class Sampling:
         if isinstance(value, cls):
             return value
         if isinstance(value, Mapping):
-            unknown = set(value) - set(SAMPLING_OPTIONS)
-            if unknown:
-                raise ValueError(_unknown_options(sorted(unknown)))
+            extra = sorted(set(value) - set(SAMPLING_OPTIONS))
+            if extra:
+                raise ValueError(_unknown_options(extra))
             return cls(**value)
         raise TypeError(f"sampling must be a Sampling, a dict or 'greedy', got {type(value).__name__}")
 
     def with_seed(self, seed: Optional[int]) -> "Sampling":
         return replace(self, seed=seed)
+
+
+#: the largest repetition penalty (vLLM takes any > 0; past this a logit is all but erased)
+MAX_REPETITION_PENALTY = 100.0
+#: OpenAI's bound on a logit_bias value
+MAX_LOGIT_BIAS = 100.0
+
+
+def bias_pairs(value: Any) -> Tuple[Tuple[int, float], ...]:
+    """``logit_bias`` as sorted (token id, bias) pairs: from a mapping of ids (ints, or
+    strings of them as in JSON) to biases, or from pairs. Ids are checked against the
+    vocabulary when the request is made."""
+    items = value.items() if isinstance(value, Mapping) else value
+    if isinstance(items, (str, bytes)):
+        raise ValueError("logit_bias must map token ids to numbers")
+    try:
+        pairs = [(k, v) for k, v in items]
+    except (TypeError, ValueError):
+        raise ValueError("logit_bias must map token ids to numbers") from None
+    out = {}
+    for k, v in pairs:
+        if isinstance(k, str) and k.strip().lstrip("-").isdigit():
+            k = int(k)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ValueError(f"logit_bias keys must be token ids, got {k!r:.40}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or not -MAX_LOGIT_BIAS <= v <= MAX_LOGIT_BIAS:
+            raise ValueError(f"logit_bias values must be numbers in [-{MAX_LOGIT_BIAS:g}, "
+                             f"{MAX_LOGIT_BIAS:g}], got {v!r:.40} for token {k}")
+        out[k] = float(v)
+    return tuple(sorted(out.items()))
 
 
 #: the fields of :class:`Sampling`: the keyword shortcuts of ``Decoder.generate`` / ``stream`` /

@@ -32,8 +32,8 @@ import logging
 import threading
 import time
 import weakref
-from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Mapping, Optional, Sequence,
-                    Tuple, Union)
+from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Literal, Mapping, Optional,
+                    Sequence, Tuple, Union, overload)
 
 from ._controller import Controller, new_policy
 from ._core import Model
@@ -43,6 +43,7 @@ from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, ma
 from .config import Sampling, SpecConfig
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
+from .openai_face import CompletionMethods, engine_acall, engine_call
 from .placement import Placement
 from .prompt_cache import DEFAULT_MIB, PromptCache
 from .results import GenerationResult, Stats
@@ -70,7 +71,7 @@ def _close_all() -> None:
         eng.close()
 
 
-class Engine:
+class Engine(CompletionMethods):
     """One model serving concurrent requests, with speculative decoding.
 
     Parameters
@@ -291,35 +292,49 @@ class Engine:
 
     # --- OpenAI-shaped (llama-cpp-python's names) ----------------------------------------
 
-    def create_completion(self, prompt: Union[str, Sequence[int]], **request: Any
-                          ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
-        """``/v1/completions`` in Python, waited for in this thread: the answer ``specdec
-        serve`` gives to the request body ``request`` (an iterator of chunk dicts with
-        ``stream=True``). The body's ``specdec`` object picks a drafter and ``n_max``.
-        See :mod:`specdec.openai_face`."""
-        from .openai_face import engine_call
-        return engine_call(self, "completion", dict(request, prompt=prompt), None)
+    def _openai_call(self, kind: str, body: Dict[str, Any], chat_template: Optional[str]
+                     ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
+        """``create_completion`` / ``create_chat_completion`` (:class:`CompletionMethods`),
+        waited for in this thread; the ``n`` choices run together, and the body's
+        ``specdec`` object picks a drafter and ``n_max``."""
+        return engine_call(self, kind, body, chat_template)
 
-    def create_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
-                               chat_template: Optional[str] = None, **request: Any
-                               ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:
-        """``/v1/chat/completions`` in Python (``chat_template``: Jinja source or a llama.cpp
-        built-in name, instead of the model's own)."""
-        from .openai_face import engine_call
-        return engine_call(self, "chat", dict(request, messages=list(messages)), chat_template)
+    @overload
+    async def acreate_completion(self, prompt: Union[str, Sequence[int]], *,
+                                 stream: Literal[False] = False,
+                                 **request: Any) -> Dict[str, Any]: ...
 
-    async def acreate_completion(self, prompt: Union[str, Sequence[int]], **request: Any
+    @overload
+    async def acreate_completion(self, prompt: Union[str, Sequence[int]], *,
+                                 stream: Literal[True],
+                                 **request: Any) -> AsyncIterator[Dict[str, Any]]: ...
+
+    async def acreate_completion(self, prompt: Union[str, Sequence[int]], *,
+                                 stream: bool = False, **request: Any
                                  ) -> Union[Dict[str, Any], AsyncIterator[Dict[str, Any]]]:
         """:meth:`create_completion` from asyncio (``stream=True``: an async iterator)."""
-        from .openai_face import engine_acall
-        return await engine_acall(self, "completion", dict(request, prompt=prompt), None)
+        return await engine_acall(self, "completion",
+                                  dict(request, prompt=prompt, stream=stream), None)
+
+    @overload
+    async def acreate_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
+                                      chat_template: Optional[str] = None,
+                                      stream: Literal[False] = False,
+                                      **request: Any) -> Dict[str, Any]: ...
+
+    @overload
+    async def acreate_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
+                                      chat_template: Optional[str] = None,
+                                      stream: Literal[True],
+                                      **request: Any) -> AsyncIterator[Dict[str, Any]]: ...
 
     async def acreate_chat_completion(self, messages: Sequence[Mapping[str, Any]], *,
-                                      chat_template: Optional[str] = None, **request: Any
+                                      chat_template: Optional[str] = None, stream: bool = False,
+                                      **request: Any
                                       ) -> Union[Dict[str, Any], AsyncIterator[Dict[str, Any]]]:
         """:meth:`create_chat_completion` from asyncio."""
-        from .openai_face import engine_acall
-        return await engine_acall(self, "chat", dict(request, messages=list(messages)),
+        return await engine_acall(self, "chat",
+                                  dict(request, messages=list(messages), stream=stream),
                                   chat_template)
 
     # --- state --------------------------------------------------------------------------

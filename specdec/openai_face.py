@@ -17,12 +17,55 @@ a prompt that does not fit), naming the field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, AsyncIterator, Dict, Iterator, Optional, Tuple, Union
+from typing import (Any, AsyncIterator, Dict, Iterator, List, Literal, Mapping, Optional,
+                    Sequence, Tuple, Union, overload)
 
 from ._core import ContextFullError
 
 Answer = Dict[str, Any]
 Chunks = Iterator[Answer]
+Prompt = Union[str, Sequence[int]]
+Messages = Sequence[Mapping[str, Any]]
+
+
+class CompletionMethods:
+    """``create_completion`` / ``create_chat_completion`` of :class:`~specdec.Decoder` and
+    :class:`~specdec.Engine`: ``request`` is the rest of the request body (``max_tokens``,
+    ``temperature``, ``stop``, ``logprobs``, ``n``, ...), the answer the dict ``specdec
+    serve`` returns (an iterator of chunk dicts with ``stream=True``); ``chat_template``:
+    Jinja source or a llama.cpp built-in name, instead of the model's own. A class using
+    this defines ``_openai_call``."""
+
+    def _openai_call(self, kind: str, body: Dict[str, Any], chat_template: Optional[str]
+                     ) -> Union[Answer, Chunks]:
+        raise NotImplementedError
+
+    @overload
+    def create_completion(self, prompt: Prompt, *, stream: Literal[False] = False,
+                          **request: Any) -> Answer: ...
+
+    @overload
+    def create_completion(self, prompt: Prompt, *, stream: Literal[True],
+                          **request: Any) -> Chunks: ...
+
+    def create_completion(self, prompt: Prompt, *, stream: bool = False,
+                          **request: Any) -> Union[Answer, Chunks]:
+        """``/v1/completions`` in Python: OpenAI's ``text_completion``."""
+        return self._openai_call("completion", dict(request, prompt=prompt, stream=stream), None)
+
+    @overload
+    def create_chat_completion(self, messages: Messages, *, chat_template: Optional[str] = None,
+                               stream: Literal[False] = False, **request: Any) -> Answer: ...
+
+    @overload
+    def create_chat_completion(self, messages: Messages, *, chat_template: Optional[str] = None,
+                               stream: Literal[True], **request: Any) -> Chunks: ...
+
+    def create_chat_completion(self, messages: Messages, *, chat_template: Optional[str] = None,
+                               stream: bool = False, **request: Any) -> Union[Answer, Chunks]:
+        """``/v1/chat/completions`` in Python: OpenAI's ``chat.completion``."""
+        return self._openai_call("chat", dict(request, messages=list(messages), stream=stream),
+                                 chat_template)
 
 
 def _python_error(e: Any) -> Exception:
@@ -33,86 +76,122 @@ def _python_error(e: Any) -> Exception:
 
 
 def prepare(kind: str, body: Dict[str, Any], model: Any, n_ctx_seq: int,
-            chat_template: Optional[str], options_ok: bool) -> Tuple[Any, Any, Any]:
-    """``(spec, work, envelope)`` of a request body, checked as the server checks it."""
-    from .serve.protocol import APIError, Envelope, chat_spec, completion_spec, work
+            chat_template: Optional[str], options_ok: bool) -> Tuple[Any, List[Any], Any]:
+    """``(spec, works, envelope)`` of a request body (a work per choice), checked as the
+    server checks it."""
+    from .serve.protocol import APIError, Envelope, chat_spec, completion_spec, works
     name = Path(model.path or "model").stem
     try:
         spec = (chat_spec if kind == "chat" else completion_spec)(body, [name])
         if spec.options and not options_ok:
             raise APIError(400, "the 'specdec' request options (drafter, n_max) need an Engine",
                            param="specdec")
-        w = work(spec, model, n_ctx_seq, chat_template)
+        todo = works(spec, model, n_ctx_seq, chat_template)
     except APIError as e:
         raise _python_error(e) from None
-    return spec, w, Envelope(spec.kind, spec.model)
+    return spec, todo, Envelope(spec.kind, spec.model)
 
 
-def _whole(env: Any, model: Any, res: Any) -> Answer:
+def _whole(env: Any, model: Any, results: List[Any]) -> Answer:
     from .serve.protocol import full_response, token_logprobs
-    return full_response(env, res, token_logprobs(model, res.tokens, res.logprobs))
+    return full_response(env, results, [token_logprobs(model, r.tokens, r.logprobs)
+                                        for r in results])
 
 
-def _chunks(env: Any, spec: Any, model: Any, pieces: Iterator[Any], result: Any) -> Chunks:
-    """The stream's chunks; ``result()`` gives the finished result after the pieces."""
+def _chunks(env: Any, spec: Any, model: Any, streams: List[Tuple[Iterator[Any], Any]]) -> Chunks:
+    """The chunks of the choices' streams, one choice after the other; each stream is
+    ``(pieces, result)``, ``result()`` giving its finished result after its pieces."""
     from .serve.protocol import Chunks as ChunkWriter, token_logprobs
-    out = ChunkWriter(env, spec.include_usage)
+    out = ChunkWriter(env, spec.include_usage, len(streams))
     yield from out.start()
-    for p in pieces:
-        yield out.piece(p.text, token_logprobs(model, p.tokens, p.logprobs))
-    yield from out.end(result())
+    results = []
+    for i, (pieces, result) in enumerate(streams):
+        for p in pieces:
+            yield out.piece(i, p.text, token_logprobs(model, p.tokens, p.logprobs))
+        results.append(result())
+        yield out.end(i, results[-1])
+    yield from out.usage(results)
 
 
 def decoder_call(dec: Any, kind: str, body: Dict[str, Any], chat_template: Optional[str]
                  ) -> Union[Answer, Chunks]:
-    """A request on a :class:`~specdec.Decoder` (its one sequence)."""
-    spec, w, env = prepare(kind, body, dec.model, dec._ctl.n_ctx_seq, chat_template, False)
+    """A request on a :class:`~specdec.Decoder`: its choices one after the other."""
+    spec, todo, env = prepare(kind, body, dec.model, dec._ctl.n_ctx_seq, chat_template, False)
     if not spec.stream:
-        return _whole(env, dec.model, dec.generate(w.tokens, **w.run_args()))
-    st = dec.stream(w.tokens, **w.run_args())
+        return _whole(env, dec.model, [dec.generate(w.tokens, **w.run_args()) for w in todo])
 
     def chunks() -> Chunks:
-        try:
-            yield from _chunks(env, spec, dec.model, st.pieces(), lambda: st.result)
-        finally:
-            st.close()      # abandoned half-way: the Decoder is free again
+        from .serve.protocol import Chunks as ChunkWriter, token_logprobs
+        out = ChunkWriter(env, spec.include_usage, len(todo))
+        yield from out.start()
+        results = []
+        for i, w in enumerate(todo):
+            st = dec.stream(w.tokens, **w.run_args())
+            try:
+                for p in st.pieces():
+                    yield out.piece(i, p.text, token_logprobs(dec.model, p.tokens, p.logprobs))
+            finally:
+                st.close()      # abandoned half-way: the Decoder is free again
+            results.append(st.result)
+            yield out.end(i, st.result)
+        yield from out.usage(results)
     return chunks()
 
 
 def engine_call(eng: Any, kind: str, body: Dict[str, Any], chat_template: Optional[str]
                 ) -> Union[Answer, Chunks]:
-    """A request on an :class:`~specdec.Engine`, waited for in this thread."""
-    spec, w, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
-    handle = eng.submit(w.tokens, **w.engine_args())
+    """A request on an :class:`~specdec.Engine`, waited for in this thread (its choices run
+    together)."""
+    spec, todo, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
+    handles = []
+    try:
+        for w in todo:
+            handles.append(eng.submit(w.tokens, **w.engine_args()))
+    except BaseException:
+        for h in handles:
+            h.cancel()
+        raise
     if not spec.stream:
-        return _whole(env, eng.model, handle.result())
+        try:
+            return _whole(env, eng.model, [h.result() for h in handles])
+        finally:
+            for h in handles:
+                h.cancel()
 
     def chunks() -> Chunks:
         try:
-            yield from _chunks(env, spec, eng.model, handle.pieces(), handle.result)
+            yield from _chunks(env, spec, eng.model, [(h.pieces(), h.result) for h in handles])
         finally:
-            handle.cancel()     # abandoned half-way: its slot is freed at the next round
+            for h in handles:
+                h.cancel()      # abandoned half-way: the slots are freed at the next round
     return chunks()
 
 
 async def engine_acall(eng: Any, kind: str, body: Dict[str, Any], chat_template: Optional[str]
                        ) -> Union[Answer, AsyncIterator[Answer]]:
-    """A request on an :class:`~specdec.Engine` from asyncio."""
+    """A request on an :class:`~specdec.Engine` from asyncio (its choices run together)."""
+    import asyncio
+
     from .serve.protocol import Chunks as ChunkWriter, token_logprobs
-    spec, w, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
+    spec, todo, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
     if not spec.stream:
-        return _whole(env, eng.model, await eng.generate(w.tokens, **w.engine_args()))
-    stream = eng.stream(w.tokens, **w.engine_args())
+        results = await asyncio.gather(*(eng.generate(w.tokens, **w.engine_args())
+                                         for w in todo))
+        return _whole(env, eng.model, list(results))
+    streams = [eng.stream(w.tokens, **w.engine_args()) for w in todo]
 
     async def chunks() -> AsyncIterator[Answer]:
-        out = ChunkWriter(env, spec.include_usage)
+        out = ChunkWriter(env, spec.include_usage, len(streams))
         try:
             for c in out.start():
                 yield c
-            async for p in stream:
-                yield out.piece(p.text, token_logprobs(eng.model, p.tokens, p.logprobs))
-            for c in out.end(stream.result):
+            for i, stream in enumerate(streams):   # in order; they run together meanwhile
+                async for p in stream:
+                    yield out.piece(i, p.text, token_logprobs(eng.model, p.tokens, p.logprobs))
+                yield out.end(i, stream.result)
+            for c in out.usage([st.result for st in streams]):
                 yield c
         finally:
-            stream.cancel()
+            for stream in streams:
+                stream.cancel()
     return chunks()

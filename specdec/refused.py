@@ -38,14 +38,9 @@ REFUSED: Dict[str, Tuple[Tuple[Any, ...], Tuple[str, ...]]] = {
     "grammar_lazy": ((False,), (LLAMA,)),
     "grammar_triggers": (([],), (LLAMA,)),
     # choices and penalties
-    "n": ((1,), (OPENAI, VLLM, LLAMA, LCP)),
     "best_of": ((1,), (OPENAI, VLLM, LCP)),
     "n_cmpl": ((1,), (LLAMA,)),
-    "presence_penalty": ((0,), (OPENAI, VLLM, LLAMA, LCP)),
-    "frequency_penalty": ((0,), (OPENAI, VLLM, LLAMA, LCP)),
-    "repetition_penalty": ((1,), (VLLM,)),
     "repeat_penalty": ((1,), (LLAMA, LCP)),
-    "logit_bias": (({},), (OPENAI, VLLM, LLAMA, LCP)),
     "use_beam_search": ((False,), (VLLM,)),
     "length_penalty": ((1,), (VLLM,)),
     # other samplers
@@ -107,7 +102,7 @@ def refused_field(options: Mapping[str, Any]) -> Optional[str]:
     """The first field of ``options`` that asks for something specdec does not do (None: none).
 
     A field sent as null, or with a value that asks for nothing (``n: 1``,
-    ``presence_penalty: 0``), is accepted."""
+    ``echo: false``), is accepted."""
     for name, value in options.items():
         row = REFUSED.get(name)
         if row is None or value is None:

@@ -65,7 +65,17 @@ def test_errors_name_flags_not_python_keywords(tiny_dense_path):
     assert in_flags("use n_gpu_layers=0 for the CPU; pass chat_template= a name, not x=1",
                     parser, "generate") == \
         "use --n-gpu-layers 0 for the CPU; pass --chat-template a name, not x=1"
+    assert in_flags("chat_template must be text", parser, "generate") == \
+        "--chat-template must be text"
+    p = _run("generate", "-m", tiny_dense_path, "-p", "x", "--presence-penalty", "5",
+             check=False)
+    assert p.returncode == 1 and "--presence-penalty must be in [-2, 2]" in p.stderr, p.stderr
+    p = _run("generate", "-m", tiny_dense_path, "-p", "tok_5", "-n", "4", "--json",
+             "--repetition-penalty", "1.5", "--presence-penalty", "0.5")
     import specdec
+    with specdec.Decoder(tiny_dense_path) as dec:
+        want = dec.generate("tok_5", max_tokens=4, repetition_penalty=1.5, presence_penalty=0.5)
+    assert json.loads(p.stdout)["tokens"] == want.tokens
     if any(d["type"] in ("gpu", "igpu") for d in specdec.devices()):
         pytest.skip("this build has an accelerator: -ngl 99 works")
     p = _run("generate", "-m", tiny_dense_path, "-p", "x", "-n", "2", "-ngl", "99", check=False)

@@ -39,7 +39,8 @@ def engine(models):
         yield e
 
 
-SAMPLED = dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.01, seed=7)
+SAMPLED = dict(temperature=0.9, top_k=5, top_p=0.9, min_p=0.01, seed=7, repetition_penalty=1.1,
+               presence_penalty=0.2, frequency_penalty=0.1, logit_bias={"66": 1.0})
 
 
 def test_sampling_keywords_are_the_sampling_fields():
@@ -70,13 +71,13 @@ def test_decoder_sampling_keywords(dec):
         dec.generate("ab", sampling="greedy", temperature=0.5)
     with pytest.raises(ValueError, match="temperature"):
         dec.generate("ab", temperature=-1)
-    with pytest.raises(TypeError, match="repetition_penalty"):
-        dec.generate("ab", repetition_penalty=1.2)
+    with pytest.raises(TypeError, match="repeat_penalty"):
+        dec.generate("ab", repeat_penalty=1.2)      # llama.cpp's (last 64 tokens): refused
     assert dec.generate("ab", max_tokens=3).tokens     # still usable
 
 
 def test_chat_refuses_generation_options_for_the_template(dec):
-    for name in ("grammar", "response_format", "tools", "logit_bias", "guided_json"):
+    for name in ("grammar", "response_format", "tools", "mirostat", "guided_json"):
         with pytest.raises(ValueError, match=f"'{name}'"):
             dec.chat(HELLO, max_tokens=4, **{name: {"x": 1}})
     # template variables still reach the template, sampling keywords the sampler
@@ -96,8 +97,8 @@ def test_engine_sampling_keywords(engine):
     assert tokens == base.tokens and text == base.text
     with pytest.raises(ValueError, match="not both"):
         engine.submit("ab", sampling=Sampling(), seed=3)
-    with pytest.raises(TypeError, match="frequency_penalty"):
-        engine.submit("ab", frequency_penalty=0.5)
+    with pytest.raises(TypeError, match="mirostat_mode"):
+        engine.submit("ab", mirostat_mode=2)
 
 
 def test_stream_closed_early_is_cancelled(dec):
@@ -156,8 +157,8 @@ def test_decoder_create_chat_completion(models):
 
 
 def test_face_errors_name_the_field(dec):
-    for name in ("grammar", "repetition_penalty", "n", "response_format"):
-        value = {"n": 2, "repetition_penalty": 1.3,
+    for name in ("grammar", "repeat_penalty", "best_of", "response_format"):
+        value = {"best_of": 2, "repeat_penalty": 1.3,
                  "response_format": {"type": "json_object"}}.get(name, "x")
         with pytest.raises(ValueError, match=f"'{name}'"):
             dec.create_completion("ab", **{name: value})
@@ -167,7 +168,7 @@ def test_face_errors_name_the_field(dec):
         dec.create_completion("ab", specdec={"drafter": "plain"})
     with pytest.raises(specdec.ContextFullError):
         dec.create_completion("a" * 2000)
-    assert set(REFUSED) >= {"grammar", "guided_json", "repetition_penalty", "mirostat_mode"}
+    assert set(REFUSED) >= {"grammar", "guided_json", "repeat_penalty", "mirostat_mode"}
     assert dec.create_completion("ab", max_tokens=2, temperature=0)["choices"][0]["text"]
 
 
@@ -192,6 +193,45 @@ def test_engine_create_completion_sync_and_async(engine):
         return whole, "".join(parts)
     whole, streamed = asyncio.run(main())
     assert whole["choices"][0]["message"]["content"] == REPLY and streamed == want.text
-    with pytest.raises(ValueError, match="'logit_bias'"):
-        engine.create_chat_completion(HELLO, logit_bias={"5": 3})
+    with pytest.raises(ValueError, match="'typical_p'"):
+        engine.create_chat_completion(HELLO, typical_p=0.5)
     assert engine.n_running == 0
+
+
+def test_n_choices_each_with_its_seed(tiny_dense_path):
+    """``n`` > 1: n requests, choice i drawn with ``seed + i`` (vLLM's rule), usage summed."""
+    hot = dict(temperature=1.0, top_k=4, max_tokens=10)
+    prompt = [11, 52, 97, 140]
+    dec = Decoder(tiny_dense_path, drafter="ngram", n_ctx=256)
+    engine = Engine(tiny_dense_path, drafters=["ngram"], n_slots=2, n_ctx=256)
+    want = [dec.generate(prompt, seed=40 + i, **hot).text for i in range(3)]
+    assert len(set(want)) > 1
+    r = dec.create_completion(prompt, n=3, seed=40, **hot)
+    assert [c["text"] for c in r["choices"]] == want
+    assert [c["index"] for c in r["choices"]] == [0, 1, 2]
+    assert r["usage"]["completion_tokens"] == 30 and r["usage"]["prompt_tokens"] == 4
+    chunks = list(dec.create_completion(prompt, n=3, seed=40, stream=True,
+                                        stream_options={"include_usage": True}, **hot))
+    for i in range(3):
+        mine = [c["choices"][0] for c in chunks if c["choices"] and c["choices"][0]["index"] == i]
+        assert "".join(c["text"] for c in mine) == want[i] and mine[-1]["finish_reason"]
+    assert chunks[-1]["usage"]["completion_tokens"] == 30
+    # the Engine runs the choices together: the same texts
+    r = engine.create_completion(prompt, n=3, seed=40, **hot)
+    assert [c["text"] for c in r["choices"]] == want
+    chunks = list(engine.create_completion(prompt, n=2, seed=40, stream=True, **hot))
+    assert {c["choices"][0]["index"] for c in chunks} == {0, 1}
+
+    async def main():
+        whole = await engine.acreate_completion(prompt, n=3, seed=40, **hot)
+        stream = await engine.acreate_completion(prompt, n=3, seed=40, stream=True, **hot)
+        parts = ["", "", ""]
+        async for c in stream:
+            parts[c["choices"][0]["index"]] += c["choices"][0]["text"]
+        return [c["text"] for c in whole["choices"]], parts
+    whole, parts = asyncio.run(main())
+    assert whole == want and parts == want
+    with pytest.raises(ValueError, match="'n'"):
+        dec.create_completion(prompt, n=0)
+    engine.close()
+    dec.close()

@@ -116,7 +116,7 @@ def test_banner_and_access_log(ending, looping):
     """The first minute: a line saying where the server listens and what answers there, then
     one access-log line per request, without -v."""
     assert ending.get("/v1/models")[0] == 200
-    assert ending.post("/v1/completions", {"prompt": "x", "n": 5})[0] == 400
+    assert ending.post("/v1/completions", {"prompt": "x", "echo": True})[0] == 400
     log = ending.log_path.read_text()
     assert (f"listening on {ending.url} (OpenAI API at {ending.url}/v1) | model tiny (" in log
             and "drafters: none (plain decoding) | 2 slots of 512 tokens" in log), log
@@ -206,7 +206,8 @@ BAD = [
     ("/v1/chat/completions", {"messages": HELLO, "max_tokens": 0}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "max_tokens": 1.5}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "max_completion_tokens": -3}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "n": 2}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "n": 0}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "n": 17}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "stop": 5}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "stop": [""]}, None, 400),
@@ -216,8 +217,11 @@ BAD = [
     ("/v1/chat/completions", {"messages": HELLO, "logprobs": True, "top_logprobs": 21}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "logprobs": "yes"}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "tools": [{"type": "function"}]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "presence_penalty": 1.0}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"5": 10}}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "presence_penalty": 3.0}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "repetition_penalty": 0}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"x": 10}}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"5": 1000}}, None, 400),
+    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"99999": 1}}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "response_format": {"type": "json_object"}},
      None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "specdec": 3}, None, 400),
@@ -304,7 +308,7 @@ def test_errors_through_the_client(ending):
         c.chat.completions.create(model="gpt-9", messages=HELLO)
     assert e.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError):
-        c.chat.completions.create(model="tiny", messages=HELLO, n=3)
+        c.chat.completions.create(model="tiny", messages=HELLO, n=99)
     with pytest.raises(openai.APIStatusError) as e:
         c.completions.create(model="tiny", prompt="x" * 600)
     assert e.value.status_code == 413 and e.value.code == "context_length_exceeded"
@@ -346,6 +350,38 @@ def test_refused_fields_through_extra_body(ending):
                                   extra_body=dict(neutral, some_field_nobody_defines=1))
     assert r.choices[0].message.content == REPLY
     assert ending.get("/health")[0] == 200
+
+
+def test_penalties_and_logit_bias(ending, models):
+    """OpenAI's logit_bias and penalties, and vLLM's repetition_penalty, are honoured."""
+    z = specdec.Model(str(models["ending"]), vocab_only=True).tokenize("Z", add_special=False)
+    c = ending.client()
+    r = c.completions.create(model="tiny", prompt="x", max_tokens=4, temperature=0,
+                             logit_bias={str(z[0]): 100})
+    assert r.choices[0].text == "ZZZZ"
+    # a huge bias and a presence penalty: Z once, then the penalty hands it back to the reply
+    r = c.completions.create(model="tiny", prompt="x", max_tokens=3, temperature=0,
+                             logit_bias={str(z[0]): 30}, presence_penalty=2.0,
+                             extra_body={"repetition_penalty": 100})
+    assert r.choices[0].text.startswith("Z") and r.choices[0].text != "ZZZ"
+
+
+def test_n_choices(looping):
+    """``n`` choices run together; choice i is what the same request seeded ``seed + i``
+    gives alone; streamed, each choice's chunks carry its index and its own finish."""
+    c = looping.client(api_key=KEY)
+    kw = dict(model="tiny", prompt="Hi_thEre!", max_tokens=12, temperature=1.0, seed=5)
+    r = c.completions.create(n=3, **kw)
+    assert [ch.index for ch in r.choices] == [0, 1, 2]
+    alone = [c.completions.create(**dict(kw, seed=5 + i)).choices[0].text for i in range(3)]
+    assert [ch.text for ch in r.choices] == alone
+    assert r.usage.completion_tokens == 36
+    parts, finish = ["", ""], [None, None]
+    for ch in c.completions.create(n=2, stream=True, **kw):
+        for choice in ch.choices:
+            parts[choice.index] += choice.text
+            finish[choice.index] = choice.finish_reason or finish[choice.index]
+    assert parts == alone[:2] and finish == ["length", "length"]
 
 
 def test_api_key(looping):
@@ -496,6 +532,7 @@ def test_load_with_random_disconnects(looping):
         time.sleep(0.2)
     for t in threads:
         t.join(timeout=SOAK_S + 300)
+    assert not failures, failures[:5]
     assert busiest > 1      # requests ran together
     assert not failures, failures[:5]
     assert done[0] >= 16 and cut[0] >= 1, (done, cut)

@@ -24,7 +24,7 @@ from .._core import ContextFullError
 from .backend import Job, Piece
 from .metrics import Metrics
 from .protocol import (APIError, Chunks, Envelope, Spec, Work, bad, chat_spec, completion_spec,
-                       full_response, work)
+                       full_response, works)
 
 #: the logger of the access log: one INFO line per request (``specdec serve`` shows it)
 ACCESS_LOG = "specdec.serve.access"
@@ -146,46 +146,55 @@ class Server:
 
     # --- generation -------------------------------------------------------------------------
 
-    def _work(self, spec: Spec) -> Work:
+    def _works(self, spec: Spec) -> List[Work]:
         try:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        return work(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template)
+        return works(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template)
 
     async def _generate(self, request: Request, spec: Spec) -> Response:
-        work = self._work(spec)
+        todo = self._works(spec)
         arrived = time.monotonic()
+        jobs: List[Job] = []
         try:
-            job = self.backend.submit(work)
+            for w in todo:            # one job per choice; they run together on the engine
+                jobs.append(self.backend.submit(w))
         except (ValueError, TypeError) as e:
+            for job in jobs:
+                job.cancel()
             raise bad(str(e), "specdec" if spec.options else None) from None
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
-            return StreamingResponse(self._events(job, env, spec, arrived),
+            return StreamingResponse(self._events(jobs, env, spec, arrived),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return await self._whole(request, job, env, arrived)
+        return await self._whole(request, jobs, env, arrived)
 
-    async def _whole(self, request: Request, job: Job, env: Envelope, arrived: float
+    async def _whole(self, request: Request, jobs: List[Job], env: Envelope, arrived: float
                      ) -> Response:
-        task = asyncio.ensure_future(self._drain(job, arrived))
+        task = asyncio.ensure_future(asyncio.gather(*(self._drain(j, arrived) for j in jobs)))
         try:
             while not task.done():
                 await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
                 if not task.done() and await request.is_disconnected():
-                    job.cancel()
-            res = task.result()
+                    for job in jobs:
+                        job.cancel()
+            results = task.result()
         except asyncio.CancelledError:
-            job.cancel()
+            for job in jobs:
+                job.cancel()
             raise
         except (ValueError, TypeError) as e:
             raise bad(str(e)) from None
         except Exception as e:
             raise APIError(500, f"generation failed: {type(e).__name__}: {e}",
                            type="server_error") from None
-        lps = self.backend.logprobs_of(res.tokens, res.logprobs)
-        return JSONResponse(full_response(env, res, lps))
+        finally:
+            for job in jobs:
+                job.cancel()        # a choice failed: the others leave too (harmless if done)
+        lps = [self.backend.logprobs_of(r.tokens, r.logprobs) for r in results]
+        return JSONResponse(full_response(env, results, lps))
 
     async def _pieces(self, job: Job, arrived: float) -> AsyncIterator[Piece]:
         """The job's pieces, counted for the time to first token and the token rate."""
@@ -202,15 +211,52 @@ class Server:
             pass
         return job.result
 
-    async def _events(self, job: Job, env: Envelope, spec: Spec, arrived: float
+    async def _merged(self, jobs: List[Job], arrived: float
+                      ) -> AsyncIterator[Tuple[int, Optional[Piece]]]:
+        """The choices' pieces as they come, as ``(index, piece)``; ``(index, None)`` when
+        choice ``index`` ends. An error in any choice is raised here."""
+        if len(jobs) == 1:            # the common case, without tasks
+            async for piece in self._pieces(jobs[0], arrived):
+                yield 0, piece
+            yield 0, None
+            return
+        queue: "asyncio.Queue[Tuple[int, Any]]" = asyncio.Queue()
+
+        async def feed(i: int, job: Job) -> None:
+            try:
+                async for piece in self._pieces(job, arrived):
+                    await queue.put((i, piece))
+                await queue.put((i, None))
+            except Exception as e:
+                await queue.put((i, e))
+        tasks = [asyncio.ensure_future(feed(i, j)) for i, j in enumerate(jobs)]
+        try:
+            for _ in range(len(jobs)):
+                while True:
+                    i, item = await queue.get()
+                    if isinstance(item, Exception):
+                        raise item
+                    yield i, item
+                    if item is None:
+                        break
+        finally:
+            for t in tasks:
+                t.cancel()
+
+    async def _events(self, jobs: List[Job], env: Envelope, spec: Spec, arrived: float
                       ) -> AsyncIterator[str]:
-        chunks = Chunks(env, spec.include_usage)
+        chunks = Chunks(env, spec.include_usage, len(jobs))
         try:
             for c in chunks.start():
                 yield _sse(c)
             try:
-                async for piece in self._pieces(job, arrived):
-                    yield _sse(chunks.piece(piece.text, piece.logprobs))
+                async for i, piece in self._merged(jobs, arrived):
+                    if piece is not None:
+                        yield _sse(chunks.piece(i, piece.text, piece.logprobs))
+                    else:
+                        res = jobs[i].result
+                        assert res is not None
+                        yield _sse(chunks.end(i, res))
             except (ValueError, TypeError, ContextFullError) as e:
                 yield _sse(bad(str(e)).body())
                 yield "data: [DONE]\n\n"
@@ -220,13 +266,12 @@ class Server:
                                     type="server_error").body())
                 yield "data: [DONE]\n\n"
                 return
-            res = job.result
-            assert res is not None
-            for c in chunks.end(res):
+            for c in chunks.usage([r for r in (j.result for j in jobs) if r is not None]):
                 yield _sse(c)
             yield "data: [DONE]\n\n"
         finally:
-            job.cancel()    # a client gone mid-stream: the slot is freed at the next round
+            for job in jobs:
+                job.cancel()    # a client gone mid-stream: the slots are freed at the next round
 
 
 def create_app(backend: Any, model_names: List[str], *, api_key: Optional[str] = None,

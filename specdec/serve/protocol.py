@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core import Model
 from ..chat import chat_prompt
-from ..config import Sampling
+from ..config import MAX_REPETITION_PENALTY, Sampling, bias_pairs
 from ..refused import refusal, refused_field
 from ..results import GenerationResult, Stats, TokenLogprob
 
@@ -23,6 +23,8 @@ from ..results import GenerationResult, Stats, TokenLogprob
 MAX_STOP = 4
 MAX_TOP_LOGPROBS = 20
 MAX_COMPLETION_LOGPROBS = 5
+#: the most choices (``n``) one request may ask (each is a request of its own on the engine)
+MAX_N = 16
 #: OpenAI's default for /v1/completions; chat runs to its end of turn or the context
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 #: the request-body field for specdec's own per-request options
@@ -69,6 +71,15 @@ class Spec:
     logprobs: int = -1                 # -1 none, 0 chosen token only, k: top-k too
     options: Dict[str, Any] = field(default_factory=dict)   # the ``specdec`` extension
     template_vars: Dict[str, Any] = field(default_factory=dict)
+    n: int = 1                         # choices, each its own request (seed + i when seeded)
+
+    def samplings(self) -> List[Sampling]:
+        """Each choice's sampling: choice i draws with ``seed + i`` (vLLM's rule for a
+        seeded request of n choices), or its own random seed."""
+        s = self.sampling
+        if s.seed is None:
+            return [s] * self.n
+        return [s.with_seed((s.seed + i) % 2**64) for i in range(self.n)]
 
 
 @dataclass
@@ -165,10 +176,20 @@ def _sampling(body: Mapping[str, Any]) -> Sampling:
     top_p = _number(body, "top_p", 0.0, 1.0, 1.0)
     if top_p == 0:
         raise bad("'top_p' must be in (0, 1]", "top_p")
+    bias = body.get("logit_bias")
+    try:
+        logit_bias = bias_pairs(bias or {})
+    except ValueError as e:
+        raise bad(str(e), "logit_bias") from None
     try:
         return Sampling(temperature=_number(body, "temperature", 0.0, 2.0, 1.0), top_p=top_p,
                         top_k=top_k or 0, min_p=_number(body, "min_p", 0.0, 1.0, 0.0),
-                        seed=None if seed is None else seed % 2**64)
+                        seed=None if seed is None else seed % 2**64,
+                        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0, 0.0),
+                        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0, 0.0),
+                        repetition_penalty=_number(body, "repetition_penalty", 1e-3,
+                                                   MAX_REPETITION_PENALTY, 1.0),
+                        logit_bias=logit_bias)
     except (TypeError, ValueError) as e:
         raise bad(str(e)) from None
 
@@ -191,7 +212,8 @@ def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, Mapping):
         raise bad("'stream_options' must be an object", "stream_options")
-    return dict(kind=kind, model=model, stream=stream,
+    n = _int(body, "n", 1, MAX_N)
+    return dict(kind=kind, model=model, stream=stream, n=1 if n is None else n,
                 include_usage=bool(so and so.get("include_usage")),
                 sampling=_sampling(body), stop=_stop(body),
                 stop_token_ids=_stop_token_ids(body), options=_options(body))
@@ -257,9 +279,9 @@ def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str]
     return list(spec.prompt), [], []
 
 
-def work(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]) -> Work:
-    """What ``spec`` runs: its prompt rendered and tokenized, ``max_tokens`` held to the
-    room a request has in a context of ``n_ctx_seq`` tokens."""
+def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]) -> List[Work]:
+    """What ``spec`` runs, one Work per choice: its prompt rendered and tokenized,
+    ``max_tokens`` held to the room a request has in a context of ``n_ctx_seq`` tokens."""
     tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template)
     room = n_ctx_seq - len(tokens)
     if room < 1:
@@ -267,9 +289,10 @@ def work(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str])
                        f"holds {n_ctx_seq} per request, generation included",
                        param="prompt" if spec.kind == "completion" else "messages",
                        code="context_length_exceeded")
-    return Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
-                sampling=spec.sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
-                stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
+    return [Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
+                 sampling=sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
+                 stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
+            for sampling in spec.samplings()]
 
 
 # --- answers ----------------------------------------------------------------------------
@@ -281,17 +304,31 @@ def finish_reason(res: GenerationResult) -> str:
     return FINISH.get(res.finish_reason or "", "stop")
 
 
-def usage(st: Stats) -> Dict[str, Any]:
-    """OpenAI's token counts, and the speculation stats beside them."""
-    return {"prompt_tokens": st.n_prompt, "completion_tokens": st.n_generated,
-            "total_tokens": st.n_prompt + st.n_generated,
-            "speculation": {"drafted": st.drafted, "accepted": st.accepted,
-                            "acceptance_rate": st.acceptance_rate, "rounds": st.rounds,
-                            "draft_rounds": st.draft_rounds,
-                            "accepted_per_position": st.accepted_per_position,
-                            "drafted_per_position": st.drafted_per_position,
-                            "tokens_per_s": st.tokens_per_s,
-                            "t_prompt_s": st.t_prompt_s, "t_generate_s": st.t_generate_s}}
+def usage(stats: Sequence[Stats]) -> Dict[str, Any]:
+    """OpenAI's token counts (the prompt once, the choices' completions summed), and the
+    speculation stats beside them (summed over the choices)."""
+    n_prompt = stats[0].n_prompt
+    n_gen = sum(st.n_generated for st in stats)
+    drafted = sum(st.drafted for st in stats)
+    accepted = sum(st.accepted for st in stats)
+    t_gen = max(st.t_generate_s for st in stats)
+
+    def per_position(name: str) -> List[int]:
+        lists = [getattr(st, name) for st in stats]
+        return [sum(x[i] for x in lists if i < len(x)) for i in range(max(map(len, lists)))]
+    return {"prompt_tokens": n_prompt, "completion_tokens": n_gen,
+            "total_tokens": n_prompt + n_gen,
+            "speculation": {"drafted": drafted, "accepted": accepted,
+                            # null: nothing was drafted, so nothing was measured
+                            "acceptance_rate": accepted / drafted if drafted else None,
+                            "rounds": sum(st.rounds for st in stats),
+                            "draft_rounds": sum(st.draft_rounds for st in stats),
+                            "accepted_per_position": per_position("accepted_per_position"),
+                            "drafted_per_position": per_position("drafted_per_position"),
+                            "tokens_per_s": (stats[0].tokens_per_s if len(stats) == 1
+                                             else n_gen / t_gen if t_gen > 0 else 0.0),
+                            "t_prompt_s": max(st.t_prompt_s for st in stats),
+                            "t_generate_s": t_gen}}
 
 
 @dataclass
@@ -345,64 +382,71 @@ def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
             "top_logprobs": [dict(top) for _, _, top in items], "text_offset": offsets}
 
 
-def full_response(env: Envelope, res: GenerationResult,
-                  logprobs: Optional[List[TokenLP]]) -> Dict[str, Any]:
-    """The whole answer (``stream: false``)."""
-    if env.kind == "chat":
-        choice = {"index": 0, "message": {"role": "assistant", "content": res.text},
-                  "logprobs": chat_logprobs(logprobs) if logprobs is not None else None,
-                  "finish_reason": finish_reason(res)}
-        return env.wrap("chat.completion", [choice], usage=usage(res.stats))
-    choice = {"index": 0, "text": res.text,
-              "logprobs": completion_logprobs(logprobs, 0) if logprobs is not None else None,
-              "finish_reason": finish_reason(res)}
-    return env.wrap("text_completion", [choice], usage=usage(res.stats))
+def full_response(env: Envelope, results: Sequence[GenerationResult],
+                  logprobs: Sequence[Optional[List[TokenLP]]]) -> Dict[str, Any]:
+    """The whole answer (``stream: false``): one choice per result."""
+    choices = []
+    for i, (res, lps) in enumerate(zip(results, logprobs)):
+        if env.kind == "chat":
+            choices.append({"index": i, "message": {"role": "assistant", "content": res.text},
+                            "logprobs": chat_logprobs(lps) if lps is not None else None,
+                            "finish_reason": finish_reason(res)})
+        else:
+            choices.append({"index": i, "text": res.text,
+                            "logprobs": completion_logprobs(lps, 0) if lps is not None else None,
+                            "finish_reason": finish_reason(res)})
+    obj = "chat.completion" if env.kind == "chat" else "text_completion"
+    return env.wrap(obj, choices, usage=usage([r.stats for r in results]))
 
 
-def chunk(env: Envelope, text: Optional[str], *, first: bool = False,
+def chunk(env: Envelope, text: Optional[str], *, index: int = 0, first: bool = False,
           finish: Optional[str] = None, logprobs: Optional[List[TokenLP]] = None,
           offset: int = 0) -> Dict[str, Any]:
-    """One stream chunk: a piece of text, or (``finish``) the last one."""
+    """One stream chunk of choice ``index``: a piece of text, or (``finish``) its last one."""
     if env.kind == "chat":
         delta: Dict[str, Any] = {}
         if first:
             delta["role"] = "assistant"
         if text is not None:
             delta["content"] = text
-        choice = {"index": 0, "delta": delta, "finish_reason": finish,
+        choice = {"index": index, "delta": delta, "finish_reason": finish,
                   "logprobs": chat_logprobs(logprobs) if logprobs else None}
         return env.wrap("chat.completion.chunk", [choice])
-    choice = {"index": 0, "text": text or "", "finish_reason": finish,
+    choice = {"index": index, "text": text or "", "finish_reason": finish,
               "logprobs": completion_logprobs(logprobs, offset) if logprobs else None}
     return env.wrap("text_completion", [choice])
 
 
-def usage_chunk(env: Envelope, st: Stats) -> Dict[str, Any]:
+def usage_chunk(env: Envelope, stats: Sequence[Stats]) -> Dict[str, Any]:
     obj = "chat.completion.chunk" if env.kind == "chat" else "text_completion"
-    return env.wrap(obj, [], usage=usage(st))
+    return env.wrap(obj, [], usage=usage(stats))
 
 
 class Chunks:
-    """The chunks of one streamed answer, in order: the server sends each as an event, the
-    Python face (:mod:`specdec.openai_face`) yields each as a dict."""
+    """The chunks of one streamed answer of ``n`` choices, in order: the server sends each
+    as an event, the Python face (:mod:`specdec.openai_face`) yields each as a dict."""
 
-    def __init__(self, env: Envelope, include_usage: bool) -> None:
+    def __init__(self, env: Envelope, include_usage: bool, n: int = 1) -> None:
         self.env = env
         self.include_usage = include_usage
-        self.offset = 0
+        self.offsets = [0] * n
 
     def start(self) -> List[Dict[str, Any]]:
-        """Before the first piece: chat announces the assistant's role."""
-        return [chunk(self.env, "", first=True)] if self.env.kind == "chat" else []
+        """Before the first piece: chat announces the assistant's role in each choice."""
+        if self.env.kind != "chat":
+            return []
+        return [chunk(self.env, "", index=i, first=True) for i in range(len(self.offsets))]
 
-    def piece(self, text: str, logprobs: Optional[List[TokenLP]]) -> Dict[str, Any]:
-        c = chunk(self.env, text, logprobs=logprobs, offset=self.offset)
-        self.offset += len(text)
+    def piece(self, index: int, text: str, logprobs: Optional[List[TokenLP]]
+              ) -> Dict[str, Any]:
+        c = chunk(self.env, text, index=index, logprobs=logprobs, offset=self.offsets[index])
+        self.offsets[index] += len(text)
         return c
 
-    def end(self, res: GenerationResult) -> List[Dict[str, Any]]:
-        """After the last piece: the finish reason, then the usage when it was asked for."""
-        out = [chunk(self.env, None, finish=finish_reason(res))]
-        if self.include_usage:
-            out.append(usage_chunk(self.env, res.stats))
-        return out
+    def end(self, index: int, res: GenerationResult) -> Dict[str, Any]:
+        """After a choice's last piece: its finish reason."""
+        return chunk(self.env, None, index=index, finish=finish_reason(res))
+
+    def usage(self, results: Sequence[GenerationResult]) -> List[Dict[str, Any]]:
+        """After every choice's end: the usage, when it was asked for."""
+        return [usage_chunk(self.env, [r.stats for r in results])] if self.include_usage else []
