@@ -534,7 +534,6 @@ def test_load_with_random_disconnects(looping):
         t.join(timeout=SOAK_S + 300)
     assert not failures, failures[:5]
     assert busiest > 1      # requests ran together
-    assert not failures, failures[:5]
     assert done[0] >= 16 and cut[0] >= 1, (done, cut)
     deadline = time.monotonic() + 30
     while looping.get("/health")[1] != IDLE \
