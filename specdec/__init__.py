@@ -10,6 +10,7 @@ from ._core import (
     ContextBusyError,
     ContextFullError,
     DecodeError,
+    DecodeTimeoutError,
     LlamaAbortError,
     Model,
     RPCError,
@@ -31,7 +32,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncStream", "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError",
-    "Decoder", "Engine", "EngineClosed", "Piece", "RequestHandle", "TokenLogprob",
+    "DecodeTimeoutError", "Decoder", "Engine", "EngineClosed", "Piece", "RequestHandle", "TokenLogprob",
     "Drafter", "DrafterError", "GGUFError", "GenerationResult", "LlamaAbortError", "Model",
     "ModelNotAvailable", "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView",
     "backends", "check_model", "default_model_path", "devices", "generate", "register",

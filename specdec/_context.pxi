@@ -2,6 +2,14 @@
 # Over 600 lines because it is one cdef class, which Cython cannot split across files; what
 # is not a method lives apart (_context_params.pxi, _lazy_head.pxi, _views.pxi).
 
+#: the decode watchdog (Context.decode_timeout = 0): a decode may take this many times what
+#: the context's slowest decode so far would take for its tokens, and at least WATCHDOG_MIN_S;
+#: before any decode has finished, WATCHDOG_FIRST_S. Checked between graph nodes.
+cdef double WATCHDOG_FACTOR = 100.0
+cdef double WATCHDOG_MIN_S = 30.0
+cdef double WATCHDOG_FIRST_S = 600.0
+
+
 cdef cbool _abort_cb(void * data) noexcept nogil:
     return sd_stop_now(<const sd_stop_flag *> data)
 
@@ -47,6 +55,13 @@ cdef class Context:
     comes back would find the window of its end overwritten. A sequence's state
     (``save_state``) holds only the window of its last position either way.
 
+    The decode watchdog stops a decode that runs far past what the context's decodes take
+    (between graph nodes, as ``interrupt`` does) and raises ``DecodeTimeoutError``: a graph
+    that never finishes is an error, not a hang. ``decode_timeout`` (seconds, settable) fixes
+    the limit; 0 (the default) adapts it: 100 times what this context's slowest decode so far
+    would take for the batch's tokens, at least 30 s, and 600 s before any decode has
+    finished; a negative value turns the watchdog off.
+
     The context holds ``n_ctx`` positions (``n_ctx_seq`` per sequence), as asked: llama.cpp
     allocates whole multiples of 256, and the core refuses positions past the size asked for.
     llama.cpp caps ``n_batch`` at ``n_ctx``.
@@ -58,6 +73,9 @@ cdef class Context:
         self._stop.requested = False
         self._stop.watch = False
         self._stop.since = 0
+        self._stop.deadline = 0
+        self.decode_timeout = 0
+        self._s_per_token = 0
         self._n_views = 0
         self._closed_ctx = NULL
         self._head = new sd_lm_head()
@@ -112,6 +130,12 @@ cdef class Context:
         if self.ctx == NULL:
             why_s = _recent_errors()
             raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
+        why_graph = sd_check_graph(self.ctx, _computable_types())
+        if not why_graph.empty():
+            self._free_ptr(self.ctx)
+            self.ctx = NULL
+            raise GGUFError(f"model {os.path.basename(model.path or '')} cannot be computed: "
+                            f"{why_graph.decode('utf-8', 'replace')}")
         self.model = model
         self.other = other
         self.backends = [b.decode("utf-8", "replace") for b in sd_backend_names(self.ctx)]
@@ -343,6 +367,31 @@ cdef class Context:
         (ggml's own, per row pair), or ``""`` before the first lazy decode's logits."""
         return _lazy_head_kernel(self._head)
 
+    cdef double _watchdog_limit(self, int n) noexcept:
+        """Seconds a decode of ``n`` tokens may run: ``decode_timeout`` when set, else
+        WATCHDOG_FACTOR times what this context's slowest decode so far would take (at least
+        WATCHDOG_MIN_S), or WATCHDOG_FIRST_S before any decode has finished."""
+        if self.decode_timeout > 0:
+            return self.decode_timeout
+        if self._s_per_token <= 0:
+            return WATCHDOG_FIRST_S
+        return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * self._s_per_token * n)
+
+    cdef double _arm_watchdog(self, int n) noexcept:
+        cdef double t = sd_monotonic_s()
+        self._stop.deadline = t + self._watchdog_limit(n) if self.decode_timeout >= 0 else 0
+        return t
+
+    cdef double _disarm_watchdog(self, double t_start, int n, int rc) noexcept:
+        """Learn this decode's rate; returns the limit when the watchdog stopped it, else 0."""
+        cdef double dt = sd_monotonic_s() - t_start
+        cdef double limit = self._stop.deadline - t_start
+        cdef bint hit = rc != 0 and self._stop.deadline > 0 and sd_past_deadline(&self._stop)
+        self._stop.deadline = 0
+        if rc == 0 and n > 0:
+            self._s_per_token = max(self._s_per_token, dt / n)
+        return limit if hit else 0
+
     def interrupt(self):
         """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``.
         A SIGINT (Ctrl-C) stops a decode on the main thread the same way, between graph nodes."""
@@ -423,6 +472,7 @@ cdef class Context:
         cdef int rrc = SD_REMOTE_OK
         cdef string why
         cdef int32_t rc = 0
+        cdef double t_start, timed_out
         # a DFlash draft's feature rows go in alone: llama.cpp reads a batch with tokens as tokens
         cdef llama_batch b = batch.b
         if self._n_feat > 0 and batch.n_embd == self._n_feat:
@@ -430,6 +480,7 @@ cdef class Context:
         self._enter()
         try:
             self._stop.requested = False
+            t_start = self._arm_watchdog(n)
             _stop_begin(&self._stop)
             with nogil:
                 if remote:
@@ -448,6 +499,7 @@ cdef class Context:
         finally:
             _stop_end(&self._stop)
             self._leave()
+        timed_out = self._disarm_watchdog(t_start, n, rc)
         # the outputs of the previous decode are gone, whatever this one did
         self._last_n_tokens = 0
         self._out_row.clear()
@@ -459,6 +511,10 @@ cdef class Context:
                 self._rollback_budget[s] = 0
             if rc == 1:
                 raise ContextFullError(f"no room in the KV cache for {n} tokens (n_ctx={self.n_ctx})")
+            if rc == 2 and timed_out:
+                raise DecodeTimeoutError(
+                    f"a decode of {n} tokens ran past the watchdog's {timed_out:.3g} s and was "
+                    "stopped (Context.decode_timeout)")
             if rc == 2:
                 # Ctrl-C: Python raises its KeyboardInterrupt here; interrupt(): ours
                 requested = self._stop.requested
@@ -610,17 +666,23 @@ cdef class Context:
         cdef llama_batch eb = batch.b
         eb.token = NULL     # features only
         cdef int32_t rc = 0
+        cdef double t_start, timed_out
         self._head.active = False   # the encoder graph has no LM head to stop at
         self._lazy = False
         self._enter()
+        t_start = self._arm_watchdog(n)
         try:
             with nogil:
                 rc = sd_encode(self.ctx, eb)
         finally:
             self._leave()
+        timed_out = self._disarm_watchdog(t_start, n, rc)
         self._last_n_tokens = 0
         self._out_row.clear()
         self._check_abort("encode")
+        if timed_out and rc != 0:
+            raise DecodeTimeoutError(f"an encode of {n} rows ran past the watchdog's "
+                                     f"{timed_out:.3g} s and was stopped")
         if rc != 0:
             why_s = _recent_errors()
             raise DecodeError(f"llama_encode failed ({rc})" + (f": {why_s}" if why_s else ""))

@@ -89,6 +89,8 @@ cdef class Context:
     cdef bint _rollback_trim    # decode graphs write only the snapshots a batch can roll back
     cdef int _busy
     cdef sd_stop_flag _stop     # what llama.cpp's abort callback reads (interrupt(), Ctrl-C)
+    cdef public double decode_timeout   # the watchdog's limit per decode (s); 0: adaptive
+    cdef double _s_per_token    # the slowest seconds per token of this context's decodes
     cdef int _n_outputs_max     # output rows a decode may ask for (llama.cpp asserts it)
     cdef int _n_views           # live buffer views of this context's outputs
     cdef llama_context * _closed_ctx   # closed while views were alive: freed with the last one
@@ -111,6 +113,9 @@ cdef class Context:
     cdef void _free_closed(self) noexcept
     cdef int _alive(self) except -1
     cdef int _check_abort(self, str what) except -1
+    cdef double _watchdog_limit(self, int n) noexcept
+    cdef double _arm_watchdog(self, int n) noexcept
+    cdef double _disarm_watchdog(self, double t_start, int n, int rc) noexcept
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1
     cdef int _check_batch(self, Batch batch) except -1

@@ -207,6 +207,19 @@ def ggml_type_traits() -> dict:
     return out
 
 
+cdef vector[cbool] _COMPUTABLE
+
+
+cdef vector[cbool] _computable_types():
+    """ggml_type_traits()'s ``computable`` flag by type id, for the graph check
+    (_graph_check.h), computed once."""
+    if _COMPUTABLE.empty():
+        _COMPUTABLE.assign(<int>GGML_TYPE_COUNT, False)
+        for i, (_, _, _, ok) in ggml_type_traits().items():
+            _COMPUTABLE[i] = ok
+    return _COMPUTABLE
+
+
 def default_threads() -> int:
     """Threads for decoding: the CPUs this process may run on."""
     try:

@@ -46,5 +46,10 @@ class DecodeError(RuntimeError):
     """llama.cpp refused or failed a decode; the context stays usable."""
 
 
+class DecodeTimeoutError(DecodeError):
+    """A decode ran past the watchdog's limit (``Context.decode_timeout``) and was stopped
+    between graph nodes; the context stays usable, the decode's tokens are not in it."""
+
+
 class ContextBusyError(RuntimeError):
     """A context (or model) was used from a second thread while in use."""

@@ -368,8 +368,8 @@ _HPARAMS: Dict[str, Tuple[float, float, bool]] = {
     "feed_forward_length": (0, 1 << 22, True),
     "attention.head_count": (0, 1 << 14, True),
     "attention.head_count_kv": (0, 1 << 14, True),
-    "attention.key_length": (0, 1 << 16, False),
-    "attention.value_length": (0, 1 << 16, False),
+    "attention.key_length": (1, 1 << 16, False),
+    "attention.value_length": (1, 1 << 16, False),
     "attention.key_length_mla": (0, 1 << 16, False),
     "attention.value_length_mla": (0, 1 << 16, False),
     "attention.sliding_window": (0, 1 << 30, False),
@@ -435,6 +435,10 @@ def _check_hparams(lay: GGUFLayout) -> str:
         head = head_k
         if kv.key.endswith("_swa"):
             head = _one(lay, f"{arch}.attention.key_length_swa") or head_k
+        if rot == 0:
+            # ggml's rope kernel skips the rotated channels with i0 += n_dims - 2: at 0 it
+            # never moves on (a decode that never returns)
+            raise GGUFError(f"{suffix} is 0; rope needs a width of 2 or more")
         if rot % 2:
             raise GGUFError(f"{suffix} {rot} is odd")
         if head is not None and rot > head:
@@ -518,8 +522,44 @@ def _moe(lay: GGUFLayout, arch: str) -> None:
                         f"expert_used_count ({used}) must be set and positive")
 
 
+#: the longest DFlash block a draft may declare (trained drafts use 8-16): the drafter
+#: sizes its batches and context by it
+MAX_DRAFT_BLOCK = 1024
+
+
+def _layer_draft(lay: GGUFLayout, arch: str) -> None:
+    """EAGLE-3 / DFlash drafts: the hyperparameters their graphs and specdec's drafters read
+    beyond a target's (which they get too: rope widths, head counts, ...)."""
+    kv = lay.kvs.get(f"{arch}.target_layers")
+    if kv is None:
+        raise GGUFError(f"{arch} draft without {arch}.target_layers (the target layers it reads)")
+    if kv.type != T_ARRAY or kv.arr_type not in _INT_TYPES or kv.value is None:
+        raise GGUFError(f"{arch}.target_layers must be an array of integers")
+    n_want = 3 if arch == "eagle3" else None
+    if (n_want is not None and kv.count != n_want) or not 1 <= kv.count <= MAX_LAYERS:
+        raise GGUFError(f"{arch}.target_layers has {kv.count} entries"
+                        + (f"; {arch} reads {n_want}" if n_want else ""))
+    bad = [v for v in kv.value if not 0 <= v < MAX_LAYERS]
+    if bad:
+        raise GGUFError(f"{arch}.target_layers {list(kv.value)[:8]} names layers out of "
+                        f"[0, {MAX_LAYERS})")
+    hidden = lay.kvs.get(f"{arch}.target_hidden_size")
+    if arch == "eagle3" and hidden is None:
+        raise GGUFError("eagle3 draft without eagle3.target_hidden_size")
+    if hidden is not None:
+        if hidden.type not in _INT_TYPES or not 1 <= hidden.value <= MAX_EMBD:
+            raise GGUFError(f"{arch}.target_hidden_size {hidden.value!r:.20} is out of range "
+                            f"[1, {MAX_EMBD}]")
+    block = lay.kvs.get(f"{arch}.block_size")
+    if block is not None and (block.type not in _INT_TYPES
+                              or not 2 <= block.value <= MAX_DRAFT_BLOCK):
+        raise GGUFError(f"{arch}.block_size {block.value!r:.20} is out of range "
+                        f"[2, {MAX_DRAFT_BLOCK}]")
+
+
 #: per-architecture invariants that llama.cpp's graph code asserts
 _ARCH_RULES = {
+    "eagle3": [_layer_draft], "dflash": [_layer_draft],
     "qwen35": [_gated_delta_net, _gated_delta_net_tensors],
     "qwen35moe": [_gated_delta_net, _gated_delta_net_tensors],
     "qwen3next": [_gated_delta_net, _gated_delta_net_tensors],

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 
 static std::atomic<unsigned long> sd_sigint_count{0};
 static struct sigaction sd_sigint_prev;
@@ -67,14 +68,26 @@ static inline void sd_sigint_note() {
     sd_sigint_count.fetch_add(1, std::memory_order_relaxed);
 }
 
-// What llama.cpp's callbacks read: an explicit request (Context.interrupt) or a SIGINT
-// counted since the call began (when watched).
+// What llama.cpp's callbacks read: an explicit request (Context.interrupt), a SIGINT
+// counted since the call began (when watched), or the call's deadline passed (the decode
+// watchdog: CLOCK_MONOTONIC seconds, 0 for none; read between graph nodes, a clock read each).
 struct sd_stop_flag {
     bool requested;
     bool watch;
     unsigned long since;
+    double deadline;
 };
 
+static inline double sd_monotonic_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static inline bool sd_past_deadline(const sd_stop_flag * f) {
+    return f->deadline > 0 && sd_monotonic_s() > f->deadline;
+}
+
 static inline bool sd_stop_now(const sd_stop_flag * f) {
-    return f->requested || (f->watch && sd_sigint_seen() != f->since);
+    return f->requested || (f->watch && sd_sigint_seen() != f->since) || sd_past_deadline(f);
 }

@@ -302,6 +302,11 @@ cdef extern from "_batch_invariant.h" nogil:
     ggml_backend_dev_t sd_ref_cpu_device_of(ggml_backend_dev_t base)
 
 
+cdef extern from "_graph_check.h" nogil:
+    # a new context's reserved graph against the kernels that will compute it (see the header)
+    string sd_check_graph(llama_context * ctx, const vector[cbool] & computable)
+
+
 cdef extern from "_lm_head.h" nogil:
     # the lazy LM head (see _lm_head.h)
     cppclass sd_lm_head:
@@ -354,6 +359,9 @@ cdef extern from "_interrupt.h" nogil:
         cbool requested
         cbool watch
         unsigned long since
+        double deadline
+    cbool sd_past_deadline(const sd_stop_flag * f)
+    double sd_monotonic_s()
     unsigned long sd_sigint_watch_begin()
     void sd_sigint_watch_end()
     void sd_sigint_note()

@@ -91,6 +91,7 @@ cdef class Model:
         cdef sd_stop_flag stop
         stop.requested = False
         stop.watch = False
+        stop.deadline = 0
         if not self.is_remote:
             # a remote load runs on a helper thread that may outlive this frame: no callback
             p.progress_callback = _load_progress

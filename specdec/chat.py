@@ -16,15 +16,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._core import Model, chat_apply_template, chat_builtin_templates
+from ._template_limits import (DEFAULT_LIMITS, ChatTemplateError, TemplateLimits, check_source,
+                               run_limited, sandbox_class)
 
 Message = Mapping[str, Any]
 
 #: text of an assistant turn used to find what closes a turn (see ``ChatTemplate.end_of_turn``)
 _PROBE = "specdec-probe-3b7e"
-
-
-class ChatTemplateError(ValueError):
-    """A template that cannot be used, or that refused the conversation (``raise_exception``)."""
 
 
 def _text_of(content: Any, i: int) -> Optional[str]:
@@ -66,6 +64,21 @@ def normalize_messages(messages: Sequence[Message]) -> List[Dict[str, Any]]:
     return out
 
 
+#: names the renderer sets itself (and chat_prompt's own arguments): not template variables
+RESERVED_VARIABLES = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token",
+                                "model", "chat_template", "template_limits"})
+
+
+def check_variables(variables: Mapping[str, Any]) -> None:
+    """Refuse template variables that would replace what the renderer passes itself."""
+    for k in variables:
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ChatTemplateError(f"template variable name {k!r:.40} is not an identifier")
+        if k in RESERVED_VARIABLES:
+            raise ChatTemplateError(f"template variable {k!r} cannot be set: the chat renderer "
+                                    "sets it itself")
+
+
 def _raise_exception(message: str) -> None:
     raise ChatTemplateError(message)
 
@@ -99,20 +112,16 @@ def _generation_tag() -> type:
 
 
 @functools.lru_cache(maxsize=32)
-def _compile(source: str) -> Callable[..., str]:
-    import jinja2
+def _compile(source: str, limits: TemplateLimits) -> Any:
     from jinja2.ext import loopcontrols
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols, _generation_tag()])
-    env.filters["tojson"] = _tojson
+    check_source(source)
+    env = sandbox_class()(limits.max_chars, trim_blocks=True, lstrip_blocks=True,
+                          extensions=[loopcontrols, _generation_tag()])
+    env.filters["tojson"] = env._bounded_filter("tojson", _tojson)
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
-    try:
-        return env.from_string(source).render
-    except jinja2.TemplateSyntaxError as e:
-        raise ChatTemplateError(f"chat template: {e.message} (line {e.lineno})") from None
+    return run_limited(lambda: env.from_string(source), limits.seconds, "compilation")
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,21 +134,25 @@ class ChatTemplate:
     """A Jinja chat template, or a llama.cpp built-in one by name.
 
     ``bos_token`` / ``eos_token`` are the texts of the model's BOS and EOS tokens, which
-    Jinja templates write themselves.
+    Jinja templates write themselves. ``limits`` bound the compilation and each render
+    (time, and the size of every value the template builds; see ``_template_limits``): any
+    failure, those included, is a :class:`ChatTemplateError`.
     """
 
-    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "") -> None:
+    def __init__(self, source: str, *, bos_token: str = "", eos_token: str = "",
+                 limits: TemplateLimits = DEFAULT_LIMITS) -> None:
         if not isinstance(source, str) or not source.strip():
             raise ChatTemplateError("a chat template must be a non-empty string: Jinja source or "
                                     "a llama.cpp built-in name")
         self.source = source
         self.bos_token = bos_token
         self.eos_token = eos_token
+        self.limits = limits
         self.builtin: Optional[str] = source if source in builtin_names() else None
         if self.builtin is None and "{{" not in source and "{%" not in source:
             raise ChatTemplateError(f"{source[:80]!r} is neither Jinja nor a llama.cpp built-in "
                                     f"template name ({', '.join(builtin_names())})")
-        self._render = None if self.builtin else _compile(source)
+        self._template = None if self.builtin else _compile(source, limits)
 
     def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = True,
                **variables: Any) -> str:
@@ -149,20 +162,11 @@ class ChatTemplate:
         if self.builtin is not None:
             return chat_apply_template(self.builtin, [(m["role"], m["content"] or "")
                                                       for m in msgs], add_generation_prompt)
-        import jinja2
-
-        assert self._render is not None
+        assert self._template is not None
+        check_variables(variables)
         ctx = dict(variables, messages=msgs, add_generation_prompt=add_generation_prompt,
                    bos_token=self.bos_token, eos_token=self.eos_token)
-        try:
-            return self._render(**ctx)
-        except ChatTemplateError:
-            raise
-        except jinja2.TemplateError as e:
-            raise ChatTemplateError(f"chat template failed: {e}") from None
-        except (TypeError, ValueError, KeyError, IndexError, AttributeError, ArithmeticError) as e:
-            raise ChatTemplateError(f"chat template failed on these messages: "
-                                    f"{type(e).__name__}: {e}") from None
+        return run_limited(lambda: self._template.render(**ctx), self.limits.seconds, "render")
 
     @functools.cached_property
     def end_of_turn(self) -> Optional[str]:
@@ -189,11 +193,12 @@ def model_tokens(model: Model) -> Tuple[str, str]:
 
 
 @functools.lru_cache(maxsize=32)
-def _template(source: str, bos: str, eos: str) -> ChatTemplate:
-    return ChatTemplate(source, bos_token=bos, eos_token=eos)
+def _template(source: str, bos: str, eos: str, limits: TemplateLimits) -> ChatTemplate:
+    return ChatTemplate(source, bos_token=bos, eos_token=eos, limits=limits)
 
 
-def template_for(model: Model, chat_template: Optional[str] = None) -> ChatTemplate:
+def template_for(model: Model, chat_template: Optional[str] = None,
+                 limits: TemplateLimits = DEFAULT_LIMITS) -> ChatTemplate:
     """``chat_template`` (Jinja or a built-in name), else the model's own template."""
     source = chat_template if chat_template is not None else model.chat_template
     if source is None:
@@ -202,7 +207,7 @@ def template_for(model: Model, chat_template: Optional[str] = None) -> ChatTempl
             "chat_template= a Jinja string or a llama.cpp built-in name "
             f"({', '.join(builtin_names())})")
     bos, eos = model_tokens(model)
-    return _template(source, bos, eos)
+    return _template(source, bos, eos, limits)
 
 
 @dataclass(frozen=True)
@@ -219,13 +224,14 @@ class ChatPrompt:
 
 def chat_prompt(model: Model, messages: Sequence[Message], *,
                 chat_template: Optional[str] = None, add_generation_prompt: bool = True,
+                template_limits: TemplateLimits = DEFAULT_LIMITS,
                 **variables: Any) -> ChatPrompt:
     """Render and tokenize ``messages`` for ``model``.
 
     Special-token text in the rendered prompt is parsed as special tokens; BOS is added
     only where the model wants one and the template did not write it.
     """
-    tmpl = template_for(model, chat_template)
+    tmpl = template_for(model, chat_template, template_limits)
     text = tmpl.render(messages, add_generation_prompt=add_generation_prompt, **variables)
     add_bos = not (tmpl.bos_token and text.startswith(tmpl.bos_token))
     tokens = model.tokenize(text, add_special=add_bos, parse_special=True)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import specdec
-from specdec import Batch, Context, Decoder, GGUFError, LlamaAbortError, Model
+from specdec import Batch, Context, DecodeTimeoutError, Decoder, GGUFError, LlamaAbortError, Model
 from specdec.testing import write_tiny_qwen35
 from specdec.testing.gguf_fuzz import dump, load
 from specdec.testing.tiny import TINY_QWEN35
@@ -164,9 +164,11 @@ print((rss() - r0) / 2**20)
     assert grew < 20, f"RSS grew {grew:.1f} MB over 200 aborted decodes"
 
 
-def test_compute_thread_abort_still_ends_the_process(tiny_qwen35_path, tmp_path):
-    """Where no exception can unwind (ggml-cpu kernels), the abort is left to happen, with
-    llama.cpp's message: that class is what the pre-checks exist for. Skipping them shows it."""
+def test_compute_thread_aborts_are_refused_by_two_checks(tiny_qwen35_path, tmp_path):
+    """Where no exception can unwind (ggml-cpu kernels), the inputs are refused before the call.
+    An f16 conv kernel (ggml_ssm_conv takes f32: "GGML_ASSERT" in the compute threads) is
+    refused by the file's pre-check, and with that skipped, by the graph check when the
+    context is made (``_graph_check.h``), naming the node: the process never reaches it."""
     m = load(open(tiny_qwen35_path, "rb").read())
     for t in m.tensors:
         if t.name.endswith("ssm_conv1d.weight"):
@@ -178,13 +180,36 @@ def test_compute_thread_abort_still_ends_the_process(tiny_qwen35_path, tmp_path)
     code = f"""
 import specdec._core as c
 c._check_gguf_file = lambda path: None
-from specdec import Batch, Context, Model
-ctx = Context(Model({str(p)!r}), n_ctx=64, n_batch=8)
-b = Batch(4); b.add(1, 0, 0, True)
-ctx.decode(b)
-print("survived")
+from specdec import Batch, Context, GGUFError, Model
+try:
+    ctx = Context(Model({str(p)!r}), n_ctx=64, n_batch=8)
+except GGUFError as e:
+    print("refused:", e)
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          cwd=tempfile.gettempdir())
-    assert out.returncode != 0 and "survived" not in out.stdout
-    assert "ggml-cpu" in out.stderr and "GGML_ASSERT" in out.stderr
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused:" in out.stdout and "SSM_CONV" in out.stdout and "(f16)" in out.stdout, out.stdout
+
+
+def test_decode_watchdog_stops_a_decode_and_keeps_the_context(tiny_dense_path):
+    """A decode past the watchdog's limit stops between graph nodes with DecodeTimeoutError;
+    its tokens are not in the context, which decodes again as before."""
+    m = Model(tiny_dense_path)
+    ctx = Context(m, n_ctx=256, n_batch=128)
+    assert ctx.decode_timeout == 0     # adaptive by default
+    b = Batch(128)
+    for i in range(100):
+        b.add(1 + i % 50, i, 0, i == 99)
+    ctx.decode_timeout = 1e-9
+    with pytest.raises(DecodeTimeoutError, match="watchdog"):
+        ctx.decode(b)
+    ctx.decode_timeout = 0
+    ctx.seq_rm(0, -1, -1)
+    ctx.decode(b)
+    ref = Context(m, n_ctx=256, n_batch=128)
+    ref.decode(b)
+    assert (ctx.logits(99) == ref.logits(99)).all()
+    ctx.decode_timeout = -1   # off
+    ctx.seq_rm(0, -1, -1)
+    ctx.decode(b)

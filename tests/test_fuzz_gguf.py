@@ -18,6 +18,8 @@ from specdec.testing import gguf_fuzz
 from specdec.testing.gguf_fuzz import dump, load
 
 N_FILES = int(os.environ.get("SPECDEC_FUZZ_FILES", "150"))
+#: mutated files of the newer targets and of every drafter family (the test below)
+N_FAMILY_FILES = int(os.environ.get("SPECDEC_FUZZ_FAMILY_FILES", "60"))
 SEED = int(os.environ.get("SPECDEC_FUZZ_SEED", "7"))
 
 
@@ -40,6 +42,38 @@ def test_mutated_gguf_files_never_crash(n_files, tiny_dense_path, tiny_qwen35_pa
     # both outcomes occur: the mutations are neither all fatal nor all harmless
     assert rep.loaded > 0 and sum(rep.errors.values()) > n_files // 2
     assert set(rep.errors) <= {"GGUFError", "ValueError", "LlamaAbortError"}, rep.errors
+
+
+@pytest.fixture(scope="module")
+def family_bases(model_file, tiny_mamba2_path, tiny_qwen3next_path, tiny_dense_path):
+    """Bases of the recurrent and hybrid targets and of every drafter family; a drafter's
+    mutated file is loaded as that drafter of its unmutated target (``ROLE:DRAFT@TARGET``)."""
+    from specdec.testing import (write_bigram_mtp_model, write_dflash_draft, write_eagle3_draft,
+                                 write_tiny_dense, write_tiny_rwkv7)
+    rwkv7 = model_file("tiny-rwkv7.gguf", write_tiny_rwkv7)
+    bigram = model_file("bigram-qwen35-n0.0.gguf", lambda p: write_bigram_mtp_model(p))
+    periodic = model_file("bigram-qwen35-period16.gguf",
+                          lambda p: write_bigram_mtp_model(p, period=16))
+    eagle3 = model_file("eagle3-1.0.gguf", lambda p: write_eagle3_draft(p, bigram))
+    dflash = model_file("dflash-1.0.gguf", lambda p: write_dflash_draft(p, periodic))
+    draft = model_file("tiny-dense-draft.gguf", lambda p: write_tiny_dense(p, seed=5))
+    return [tiny_mamba2_path, tiny_qwen3next_path, rwkv7, f"eagle3:{eagle3}@{bigram}",
+            f"dflash:{dflash}@{periodic}", f"draft:{draft}@{tiny_dense_path}"]
+
+
+@pytest.mark.parametrize("n_files", [N_FAMILY_FILES], ids=lambda n: f"{n}-files")
+def test_mutated_families_never_crash_or_hang(n_files, family_bases):
+    """mamba2, qwen3next and rwkv7 targets, EAGLE-3, DFlash and draft-model drafters: each
+    mutated file in a child process, loaded and generated with; a death or a case past its
+    time limit fails. ``SPECDEC_FUZZ_FAMILY_FILES=2000`` for the long campaign."""
+    rep = gguf_fuzz.run(family_bases, n_files, seed=SEED, batch=max(30, n_files // 8),
+                        case_timeout=60)
+    print("\n" + rep.summary())
+    assert not rep.crashes, "a process died or hung:\n" + "\n".join(
+        f"case {c['case']} ({c['exit']}): {c['mutation']} | {c['stderr']}" for c in rep.crashes)
+    assert not rep.unclear, rep.unclear
+    assert rep.cases == n_files
+    assert rep.loaded > 0 and sum(rep.errors.values()) > n_files // 4
 
 
 def test_mutated_gemma_header_never_crashes(gemma_path, tmp_path):

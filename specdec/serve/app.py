@@ -21,7 +21,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .._core import ContextFullError
+from ..chat import TemplateLimits
 from .backend import Job, Piece
+from .limits import MAX_BODY, OffLoop, body_too_large, check_messages, parse_body
 from .metrics import Metrics
 from .protocol import (APIError, Chunks, Envelope, Spec, Work, bad, chat_spec, completion_spec,
                        full_response, works)
@@ -29,8 +31,6 @@ from .protocol import (APIError, Chunks, Envelope, Spec, Work, bad, chat_spec, c
 #: the logger of the access log: one INFO line per request (``specdec serve`` shows it)
 ACCESS_LOG = "specdec.serve.access"
 _access = logging.getLogger(ACCESS_LOG)
-#: the largest request body read (bytes)
-MAX_BODY = 8 << 20
 #: how often a non-streaming request checks that its client is still there (seconds)
 DISCONNECT_POLL_S = 0.25
 
@@ -47,11 +47,14 @@ class Server:
     """The handlers, bound to one backend, its model's names and the server's options."""
 
     def __init__(self, backend: Any, model_names: List[str], *, api_key: Optional[str] = None,
-                 chat_template: Optional[str] = None) -> None:
+                 chat_template: Optional[str] = None,
+                 template_limits: TemplateLimits = TemplateLimits()) -> None:
         self.backend = backend
         self.models = model_names
         self.api_key = api_key
         self.chat_template = chat_template
+        self.template_limits = template_limits
+        self.off_loop = OffLoop()   # body parsing, chat rendering and tokenization
         self.metrics = Metrics(backend)
         self.started = int(time.time())
 
@@ -69,16 +72,13 @@ class Server:
     async def _body(self, request: Request) -> Any:
         size = request.headers.get("content-length")
         if size is not None and size.isdigit() and int(size) > MAX_BODY:
-            raise APIError(413, f"request body over {MAX_BODY} bytes", code="body_too_large")
+            raise body_too_large()
         data = bytearray()
         async for part in request.stream():
             data += part
             if len(data) > MAX_BODY:
-                raise APIError(413, f"request body over {MAX_BODY} bytes", code="body_too_large")
-        try:
-            return json.loads(data)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise bad(f"the request body is not valid JSON: {e}") from None
+                raise body_too_large()
+        return await self.off_loop.run(parse_body, bytes(data))
 
     def _endpoint(self, name: str, handler: Callable[[Request], Awaitable[Response]]
                   ) -> Callable[[Request], Awaitable[Response]]:
@@ -142,7 +142,10 @@ class Server:
                                                              self.models))
 
     async def chat(self, request: Request) -> Response:
-        return await self._generate(request, chat_spec(await self._body(request), self.models))
+        body = await self._body(request)
+        if isinstance(body, dict):
+            check_messages(body.get("messages"))
+        return await self._generate(request, chat_spec(body, self.models))
 
     # --- generation -------------------------------------------------------------------------
 
@@ -151,10 +154,11 @@ class Server:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        return works(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template)
+        return works(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template,
+                     self.template_limits)
 
     async def _generate(self, request: Request, spec: Spec) -> Response:
-        todo = self._works(spec)
+        todo = await self.off_loop.run(self._works, spec)   # the template and the tokenizer
         arrived = time.monotonic()
         jobs: List[Job] = []
         try:
@@ -275,9 +279,11 @@ class Server:
 
 
 def create_app(backend: Any, model_names: List[str], *, api_key: Optional[str] = None,
-               chat_template: Optional[str] = None) -> Starlette:
+               chat_template: Optional[str] = None,
+               template_limits: TemplateLimits = TemplateLimits()) -> Starlette:
     """The server as an ASGI app (run it with uvicorn, or ``specdec serve``)."""
-    server = Server(backend, model_names, api_key=api_key, chat_template=chat_template)
+    server = Server(backend, model_names, api_key=api_key, chat_template=chat_template,
+                    template_limits=template_limits)
 
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, List
 
 
+from .._template_limits import DEFAULT_LIMITS, TemplateLimits
 from ..prompt_cache import DEFAULT_MIB
 
 #: the port ``specdec serve`` binds unless told (not llama-server's 8080 nor vLLM's 8000, so
@@ -33,6 +34,12 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                    help="the name(s) clients use in 'model' (default: the GGUF's file stem)")
     p.add_argument("--chat-template", default=None, metavar="JINJA|NAME|@FILE",
                    help="chat template for /v1/chat/completions (default: the model's own)")
+    p.add_argument("--chat-template-timeout", type=float, default=DEFAULT_LIMITS.seconds,
+                   metavar="S", help="seconds a chat template may take to render one request "
+                   "(default %(default)s; 0: no limit); past it the request gets a 400")
+    p.add_argument("--chat-template-max-chars", type=int, default=DEFAULT_LIMITS.max_chars,
+                   metavar="N", help="the longest text (or list) a chat template may build, its "
+                   "output included (default %(default)s); past it the request gets a 400")
     p.add_argument("--slots", "-np", type=int, default=4,
                    help="requests generated together, verified in one batch per round "
                         "(default 4); more wait in a queue. --n-ctx is per slot")
@@ -98,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
 
     path = _model_path(args)
     names = args.served_model_name or [Path(path).stem]
+    limits = TemplateLimits(seconds=args.chat_template_timeout,
+                            max_chars=args.chat_template_max_chars)
     backend = EngineBackend(engine(path, args))
     app = create_app(backend, names, api_key=args.api_key,
-                     chat_template=_template(args.chat_template))
+                     chat_template=_template(args.chat_template), template_limits=limits)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"specdec serve: WARNING: binding {args.host} without --api-key: anyone who can "
               "reach this port can use the model", file=sys.stderr)
@@ -120,5 +129,6 @@ def run(args: argparse.Namespace) -> int:
         config = uvicorn.Config(app, log_level="warning", access_log=False)
         uvicorn.Server(config).run(sockets=[sock])
     finally:
+        app.state.server.off_loop.close()
         backend.close()
     return 0

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core import Model
-from ..chat import chat_prompt
+from ..chat import DEFAULT_LIMITS, TemplateLimits, chat_prompt, check_variables
 from ..config import MAX_REPETITION_PENALTY, Sampling, bias_pairs
 from ..refused import refusal, refused_field
 from ..results import GenerationResult, Stats, TokenLogprob
@@ -257,17 +257,22 @@ def chat_spec(body: Any, models: Sequence[str]) -> Spec:
     kwargs = {} if kwargs is None else kwargs
     if not isinstance(kwargs, Mapping):
         raise bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+    try:
+        check_variables(kwargs)
+    except ValueError as e:
+        raise bad(f"'chat_template_kwargs': {e}", "chat_template_kwargs") from None
     return Spec(prompt=messages, max_tokens=max_tokens,
                 logprobs=(top or 0) if want else -1, template_vars=dict(kwargs), **common)
 
 
-def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str]
+def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str],
+                  template_limits: TemplateLimits = DEFAULT_LIMITS
                   ) -> Tuple[List[int], List[str], List[int]]:
     """Prompt tokens, and the stop strings and stop tokens the chat template adds."""
     if spec.kind == "chat":
         try:
             p = chat_prompt(model, spec.prompt, chat_template=chat_template,
-                            **spec.template_vars)
+                            template_limits=template_limits, **spec.template_vars)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "messages") from None
         return p.tokens, p.stop, p.stop_token_ids
@@ -279,10 +284,12 @@ def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str]
     return list(spec.prompt), [], []
 
 
-def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]) -> List[Work]:
-    """What ``spec`` runs, one Work per choice: its prompt rendered and tokenized,
-    ``max_tokens`` held to the room a request has in a context of ``n_ctx_seq`` tokens."""
-    tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template)
+def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str],
+          template_limits: TemplateLimits = DEFAULT_LIMITS) -> List[Work]:
+    """What ``spec`` runs, one Work per choice: its prompt rendered and tokenized (within
+    ``template_limits``), ``max_tokens`` held to the room a request has in a context of
+    ``n_ctx_seq`` tokens."""
+    tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template, template_limits)
     room = n_ctx_seq - len(tokens)
     if room < 1:
         raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "

@@ -321,6 +321,11 @@ EXTRA_KEYS: List[Tuple[str, int, List[Any]]] = [
     ("ssm.dt_b_c_rms", 7, [True, False]),
     ("full_attention_interval", 4, [1, 2, 3, 5, 100]),
     ("nextn_predict_layers", 4, [0, 1, 2, 3]),
+    # the drafters' own: EAGLE-3 and DFlash read these in their graphs
+    ("rope.dimension_count", 4, [0, 2, 4, 1 << 15]),
+    ("target_hidden_size", 4, [0, 1, 7, 1 << 31]),
+    ("block_size", 4, [0, 1, 2, 64, (1 << 31) - 1]),
+    ("target_layers", 4, [0, 1, 999]),
 ]
 
 

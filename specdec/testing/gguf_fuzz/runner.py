@@ -13,30 +13,61 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .editor import Sparse, header_base
 from .mutators import GENERATED, mutate
 
 
+#: drafter roles a base can be mutated in: ``ROLE:DRAFT@TARGET`` loads each mutated DRAFT
+#: as that drafter (``eagle3:PATH``, ...) of the unmutated TARGET
+ROLES = ("eagle3", "dflash", "draft")
+
+
+def _role(p: str) -> Optional[Tuple[str, str, str]]:
+    """(role, draft path, target path) of a ``ROLE:DRAFT@TARGET`` base, else None."""
+    role, sep, rest = p.partition(":")
+    if sep and role in ROLES and "@" in rest:
+        draft, _, target = rest.rpartition("@")
+        return role, draft, target
+    return None
+
+
 def _abs_base(p: str) -> str:
+    r = _role(p)
+    if r is not None:
+        return f"{r[0]}:{os.path.abspath(r[1])}@{os.path.abspath(r[2])}"
     return "header:" + os.path.abspath(p[7:]) if p.startswith("header:") else os.path.abspath(p)
 
 
 def _base(p: str):
     """A base as given on the command line: a GGUF path, ``header:PATH`` (its header only,
-    the weights zeros) or one of GENERATED."""
+    the weights zeros), ``ROLE:DRAFT@TARGET`` (a drafter's file) or one of GENERATED."""
     if p in GENERATED:
         return p
     if p.startswith("header:"):
         return header_base(p[len("header:"):])
-    return open(p, "rb").read()
+    r = _role(p)
+    return open(r[1] if r is not None else p, "rb").read()
 
 
-def exercise(path: str) -> str:
-    """Load a model and use it the way a user would; returns what worked."""
+def exercise_drafter(role: str, path: str, target: str) -> str:
+    """Load a drafter's file and draft with it for ``target``; returns what worked."""
+    from specdec import Decoder
+
+    dec = Decoder(target, n_ctx=128, n_batch=64, drafter=f"{role}:{path}", n_max=3)
+    r = dec.generate([1, 2, 3, 1, 2, 3, 1, 2], max_tokens=8)
+    dec.generate("hello", max_tokens=4)
+    return f"drafted as {role}: generated {len(r.tokens)}, accepted {r.stats.accepted}"
+
+
+def exercise(path: str, role: Optional[Tuple[str, str, str]] = None) -> str:
+    """Load a model and use it the way a user would (as ``role``'s drafter, when given);
+    returns what worked."""
     from specdec import Decoder, Model
 
+    if role is not None:
+        return exercise_drafter(role[0], path, role[2])
     m = Model(path)
     ids = m.tokenize("Hello, world! \u00e9\u4e2d\0", add_special=True, parse_special=True)
     m.detokenize([t for t in ids if 0 <= t < m.n_vocab])
@@ -61,6 +92,7 @@ def child_main(bases: Sequence[str], seed: int, start: int, count: int, workdir:
         import specdec._core
         specdec._core._check_gguf_file = lambda path: None
     datas = [_base(p) for p in bases]
+    roles = [_role(p) for p in bases]
     # a mutation may grow a file (a resized tensor, a longer array), never unboundedly
     limit = max([64 << 20] + [2 * getattr(d, "size", len(d)) for d in datas if isinstance(d, bytes)])
     path = os.path.join(workdir, f"case-{os.getpid()}.gguf")
@@ -73,7 +105,7 @@ def child_main(bases: Sequence[str], seed: int, start: int, count: int, workdir:
         if getattr(data, "size", len(data)) > limit:
             raise RuntimeError(f"case {i}: mutated file of {len(data)} bytes")
         try:
-            what = exercise(path)
+            what = exercise(path, roles[i % len(bases)])
             print(f"OK {i} {what}", flush=True)
         except Exception as e:
             msg = str(e).replace("\n", " ")[:300]
