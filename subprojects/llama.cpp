@@ -1,1 +1,0 @@
-/work/main/subprojects/llama.cpp
