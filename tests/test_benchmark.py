@@ -49,7 +49,8 @@ def test_compare_flags_only_drops_beyond_the_margin():
     assert "d" not in checks                                  # only the baseline's ratios are gated
     assert [c.name for c in compare.failed(list(checks.values()))] == ["b"]
     assert "gate: FAIL" in compare.summary(list(checks.values()))
-    assert "| b | 2.000 | 1.600 | -20.0% | 1.800 | **FAIL** |" in compare.table(list(checks.values()))
+    assert ("| b | 2.000 |  | 1.600 | -20.0% | 10.0% (fixed) | 1.800 | **FAIL** |"
+            in compare.table(list(checks.values())))
     with pytest.raises(ValueError):
         compare.compare(cur, base, margin=1.5)
 
@@ -282,7 +283,8 @@ def test_cli_reports_saved_results_and_gates_them(tiny_results, tmp_path, capsys
 
     raised = json.loads(json.dumps(base))
     for v in raised["ratios"].values():
-        v["value"] *= 2                    # as if the baseline build had been twice as fast
+        v["value"] *= 3                    # a baseline build three times as fast: beyond the
+                                           # widest tolerance (compare.MAX_TOLERANCE)
     hi_path = report.save_json(raised, tmp_path / "hi.json")
     assert main(["bench", "--results", str(res_path), "--no-plots", "-q",
                  "--compare", str(hi_path)]) == 1

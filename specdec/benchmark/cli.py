@@ -1,5 +1,9 @@
 """``specdec bench``: run a matrix, write results JSON, Markdown and plots, and gate
-against a baseline."""
+against a baseline.
+
+Exit statuses, one meaning each (``EXIT_*``; the help and the README list them): a CI job
+must tell a regression from a run that could not judge and from a mistyped command.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,35 +11,99 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, Dict, NoReturn, Optional
 
 from . import compare as gate, machine
 
+EXIT_OK = 0            # measured (and gated): within the tolerance, every exact check passed
+EXIT_REGRESSION = 1    # a tracked ratio below its floor, or a specdec method's output wrong
+EXIT_CANNOT_JUDGE = 2  # the gate could not judge: nothing comparable, another machine class
+                       # or matrix, no device for --gpu
+EXIT_BAD_INPUT = 3     # bad usage or input: unknown option or case, missing or malformed file
+EXIT_INTERRUPTED = 130  # stopped by Ctrl-C (SIGINT); the partial results.json is kept
+
+EXIT_CODES = f"""exit status:
+  {EXIT_OK}    within the tolerance (with --compare), and every exact-mode check passed
+  {EXIT_REGRESSION}    a regression: a tracked ratio fell below its floor, or a specdec
+       method's exact-mode output differs from plain greedy output
+  {EXIT_CANNOT_JUDGE}    the gate could not judge: no tracked ratio of the baseline was measured,
+       or the baseline is of another machine class or matrix; --gpu without a GPU
+  {EXIT_BAD_INPUT}    bad usage or input (unknown option or case, missing or malformed results
+       or baseline file, a one-round baseline); a one-line message, nothing measured
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C); results.json holds what was measured
+
+results.json is rewritten (atomically) as rows are measured: a run killed at any point
+leaves one that --results reports and --compare gates, listing what was not measured."""
+
+
+class BadUsage(Exception):
+    """Bad usage or input: one line on stderr, exit ``EXIT_BAD_INPUT``."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error exits with ``EXIT_BAD_INPUT`` (argparse's own 2 is the
+    gate's "could not judge" here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="specdec bench",
+    from .matrix import QUICK_MINUTES
+
+    p = _Parser(
+        prog="specdec bench", formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Side-by-side benchmark: writes results.json, report.md and PNG plots, "
                     "prints the report, and with --compare fails when a tracked ratio drops "
-                    "below a baseline.")
+                    "below a baseline by more than its tolerance (from the baseline's spread).",
+        epilog=EXIT_CODES)
     g = p.add_mutually_exclusive_group()
+    g.add_argument("--ci", dest="matrix", action="store_const", const="ci",
+                   help="the CI tier: the ratios that matter most (plain vs llama-bench, best "
+                   "drafters vs plain and vs llama.cpp, MTP, the 0.97 floor) in about 3 "
+                   "minutes on 2 cores with peers built")
     g.add_argument("--quick", dest="matrix", action="store_const", const="quick",
-                   help="the quick matrix (default; under 10 minutes on 2 cores)")
+                   help=f"the quick matrix (default; about {QUICK_MINUTES} minutes on 2 cores "
+                   "with peers built)")
     g.add_argument("--full", dest="matrix", action="store_const", const="full",
                    help="the whole matrix (every prompt, drafter, n_max, model)")
-    g.add_argument("--matrix", choices=("quick", "full", "tiny"), help=argparse.SUPPRESS)
+    g.add_argument("--matrix", choices=("ci", "quick", "full", "tiny"), help=argparse.SUPPRESS)
+    d = p.add_argument_group("on a GPU")
+    d.add_argument("--gpu", action="store_true",
+                   help="every layer of every model on the device on both sides (specdec's "
+                   "n_gpu_layers, llama.cpp's -ngl): MTP on a ~1.4B synthetic model at 90/70/50%% "
+                   "(n_max up to 8, adaptive) and the mid one, plain against llama-bench and "
+                   "llama-simple, then the serve bench at concurrency 1, 4, 8 and 16 "
+                   "(--gpu --quick: the large model at 90/70%%, concurrency 1 and 16); peers "
+                   "built with specdec's backend; exit 2 without a GPU")
+    d.add_argument("--n-gpu-layers", "-ngl", type=int, metavar="N",
+                   help="with --gpu: layers on the device on both sides (default -1: all)")
+    d.add_argument("--rpc-standin", action="store_true",
+                   help="with --gpu: a local specdec rpc-server per side stands in for the "
+                   "device (tests the plumbing on a CPU; no serve step)")
+    d.add_argument("--no-serve", action="store_true", help="with --gpu: skip the serve step")
+    p.add_argument("--list", action="store_true", help="list the matrix's cases (all matrices "
+                   "without --ci/--quick/--full), their methods and ratios, and exit")
     p.add_argument("--case", action="append", help="only cases whose name starts with this "
                    "(repeatable), e.g. gemma3-270m, mtp-mid-90; 'serve' alone: specdec serve "
                    "against llama-server at concurrency 1, 4 and 8")
-    p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the matrix's)")
+    p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the "
+                   "matrix's; a baseline needs at least 2)")
     p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
     p.add_argument("--out", "-o", help="output directory (default ./specdec-bench/<matrix>-<time>)")
-    p.add_argument("--compare", metavar="BASELINE.json", help="fail (exit 1) when a tracked ratio "
-                   "drops more than --margin below this baseline")
-    p.add_argument("--margin", type=float, default=gate.DEFAULT_MARGIN,
-                   help=f"allowed drop below a baseline ratio, as a fraction (default {gate.DEFAULT_MARGIN})")
+    p.add_argument("--compare", metavar="BASELINE.json", help="exit 1 when a tracked ratio drops "
+                   "below this baseline by more than its tolerance")
+    p.add_argument("--margin", type=float, default=None,
+                   help="one fixed tolerance for every ratio, a fraction (default: "
+                   f"{gate.SPREAD_FACTOR:g} x the baseline's spread of that ratio, within "
+                   f"{gate.MIN_TOLERANCE:g}-{gate.MAX_TOLERANCE:g}; {gate.DEFAULT_MARGIN:g} for "
+                   "a ratio without a spread)")
     p.add_argument("--results", metavar="RESULTS.json",
-                   help="do not measure: report (and --compare) an earlier run's results")
-    p.add_argument("--save-baseline", metavar="PATH", help="also write the tracked ratios as a baseline")
+                   help="do not measure: report (and --compare) an earlier run's results, "
+                   "complete or partial")
+    p.add_argument("--save-baseline", metavar="PATH", help="also write the tracked ratios and "
+                   "their spreads as a baseline (refused from one round or a partial run)")
     p.add_argument("--no-peers", action="store_true", help="specdec only")
     p.add_argument("--no-build", action="store_true",
                    help="do not build missing peers (their rows say why they did not run)")
@@ -53,7 +121,11 @@ def main(argv: Sequence[str]) -> int:
 
     args = parser().parse_args(argv)
     set_quiet(args.quiet)
-    return run(args)
+    try:
+        return run(args)
+    except BadUsage as e:
+        print(f"specdec bench: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
 
 
 def _serve(args: argparse.Namespace, log: Callable[[str], None]) -> int:
@@ -67,56 +139,203 @@ def _serve(args: argparse.Namespace, log: Callable[[str], None]) -> int:
     (out / "serve.md").write_text(md)
     print(md)
     log(f"wrote {out / 'serve.json'} and {out / 'serve.md'}")
-    return 0
+    return EXIT_OK
+
+
+def _list(args: argparse.Namespace) -> int:
+    from . import listing, matrix as mx
+
+    names = [_matrix_name(args)] if args.matrix or args.gpu else list(mx.MATRICES)
+    for name in names:
+        m = mx.tiny() if name == "tiny" else mx.get(name)
+        try:
+            print(listing.describe(mx.select(m, args.case)) + "\n")
+        except mx.UnknownCase as e:
+            raise BadUsage(str(e)) from None
+    print(listing.serve_line())
+    return EXIT_OK
+
+
+def _check_usage(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """Everything that can be wrong with the command, found before minutes of measuring;
+    returns the loaded baseline (or None)."""
+    from . import report
+
+    if args.reps is not None and args.reps < 1:
+        raise BadUsage(f"--reps must be at least 1, got {args.reps}")
+    if args.n_gen is not None and args.n_gen < 1:
+        raise BadUsage(f"--n-gen must be at least 1, got {args.n_gen}")
+    if args.margin is not None and not 0 <= args.margin < 1:
+        raise BadUsage(f"--margin must be a fraction in [0, 1), got {args.margin}")
+    if (args.n_gpu_layers is not None or args.rpc_standin or args.no_serve) and not args.gpu:
+        raise BadUsage("--n-gpu-layers, --rpc-standin and --no-serve go with --gpu")
+    if args.gpu and args.matrix in ("ci", "tiny"):
+        raise BadUsage(f"--gpu has a matrix of its own (--gpu, --gpu --quick), not "
+                       f"--{args.matrix}")
+    if args.gpu and args.n_gpu_layers == 0:
+        raise BadUsage("--gpu --n-gpu-layers 0 puts nothing on the device: drop --gpu")
+    if args.save_baseline and args.reps == 1:
+        raise BadUsage("--save-baseline needs at least 2 rounds (--reps 1 records no spread, "
+                       "and the gate's tolerance is made of the baseline's spread)")
+    if not args.compare:
+        return None
+    try:
+        base = report.load_json(args.compare)
+    except report.BadInput as e:
+        raise BadUsage(str(e)) from None
+    ratios = base.get("ratios")
+    if not isinstance(ratios, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("value"), (int, float))
+            for v in ratios.values()):
+        raise BadUsage(f"{args.compare}: not a baseline (no 'ratios' of numeric 'value's)")
+    return base
+
+
+def _baseline(results: Dict[str, Any], path: str, log: Callable[[str], None]) -> None:
+    from . import report
+
+    if not report.progress_of(results)["complete"]:
+        raise BadUsage("refusing to save a baseline from a partial run (it stopped before "
+                       "every case was measured)")
+    tracked = {k: v for k, v in results["ratios"].items() if v["tracked"]}
+    lone = [k for k, v in tracked.items() if v.get("spread") is None]
+    if lone:
+        raise BadUsage(f"refusing to save a baseline: {len(lone)} tracked ratio(s) have no "
+                       f"spread (one round; e.g. {lone[0]!r}); measure with --reps 2 or more")
+    report.save_json(report.baseline_of(results), path)
+    log(f"wrote baseline {path}")
+
+
+def _gate(results: Dict[str, Any], base: Dict[str, Any], args: argparse.Namespace) -> int:
+    """Print the gate's table and verdict; its exit status."""
+    print(f"## Regression gate against {args.compare}\n")
+    why = gate.why_not_comparable(results, base)
+    if why:
+        print(f"gate: cannot judge: {why}")
+        return EXIT_CANNOT_JUDGE
+    checks = gate.compare(results, base, args.margin)
+    print(gate.table(checks) + "\n")
+    print(gate.summary(checks))
+    missing = gate.missing_cases(checks)
+    if missing:
+        print(f"not measured in this run (no judgement on them): {', '.join(missing)}")
+    if gate.failed(checks):
+        return EXIT_REGRESSION
+    if not any(c.status == "ok" for c in checks):
+        return EXIT_CANNOT_JUDGE   # nothing comparable: must not pass silently
+    return EXIT_OK
+
+
+def _measure(args: argparse.Namespace, out: Path, log: Callable[[str], None]) -> Dict[str, Any]:
+    from . import matrix as mx, report
+    from .runner import Runner
+
+    name = _matrix_name(args)
+    try:
+        m = mx.select(mx.tiny() if name == "tiny" else mx.get(name), args.case)
+    except mx.UnknownCase as e:
+        raise BadUsage(str(e)) from None
+    if args.reps or args.n_gen:
+        m = mx.override(m, reps=args.reps, n_gen=args.n_gen)
+    if m.expected_minutes and not args.case and not args.reps and not args.n_gen:
+        log(f"{m.name} matrix: expected about {m.expected_minutes:g} minutes on 2 cores with "
+            f"peers built (building them first takes about 10 more, once)")
+    path = out / "results.json"
+
+    def checkpoint(res: Dict[str, Any]) -> None:
+        report.save_json(report.finalize(res), path)
+
+    runner = Runner(m, peers_enabled=not args.no_peers, build_peers=not args.no_build,
+                    threads=args.threads, log=log, checkpoint=checkpoint,
+                    n_gpu_layers=_n_gpu_layers(args), device_rpc=args.rpc_standin)
+    return report.finalize(runner.run())
+
+
+def _matrix_name(args: argparse.Namespace) -> str:
+    if args.gpu:
+        return "gpu-quick" if args.matrix == "quick" else "gpu"
+    return args.matrix or "quick"
+
+
+def _n_gpu_layers(args: argparse.Namespace) -> int:
+    if not args.gpu:
+        return 0
+    return -1 if args.n_gpu_layers is None else args.n_gpu_layers
+
+
+def _gpu_serve(args: argparse.Namespace, out: Path, log: Callable[[str], None]) -> None:
+    """``--gpu``'s serve step: specdec serve against llama-server, every layer on the device,
+    at concurrency 1, 4, 8 and 16 (1 and 16 with --quick); written beside the matrix's
+    report, not gated (the serve bench has no baseline)."""
+    from . import serve
+    from ..models import ModelNotAvailable
+
+    conc = tuple(args.concurrency or ((1, 16) if args.matrix == "quick" else
+                                      serve.GPU_CONCURRENCY))
+    try:
+        results = serve.run(out / "serve", n_gen=args.n_gen or 64, reps=args.reps or 2,
+                            threads=args.threads, concurrency=conc, log=log,
+                            n_gpu_layers=_n_gpu_layers(args))
+    except ModelNotAvailable as e:
+        log(f"serve step skipped: {e}")
+        return
+    md = serve.markdown(results)
+    (out / "serve" / "serve.md").write_text(md)
+    print(md)
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import matrix as mx, report
+    from . import report
 
     from tqdm import tqdm
 
     # tqdm.write keeps the progress bar (a terminal only) below the log lines
     log = (lambda s: None) if args.quiet else (lambda s: tqdm.write(s, file=sys.stderr))
-    name = args.matrix or "quick"
+    if args.list:
+        return _list(args)
     warning = machine.timing_warning()
     if warning and not args.results:
         print(f"specdec bench: warning: {warning}", file=sys.stderr)
     if args.case == ["serve"]:
         return _serve(args, log)
+    base = _check_usage(args)
+    if args.gpu and not args.rpc_standin and not args.results:
+        from .gpu import why_no_device
+        why = why_no_device()
+        if why:
+            print(f"specdec bench --gpu: no GPU to measure on: {why}; nothing measured",
+                  file=sys.stderr)
+            return EXIT_CANNOT_JUDGE
     if args.results:
-        results = report.finalize(report.load_json(args.results))
+        try:
+            results = report.load_results(args.results)
+        except report.BadInput as e:
+            raise BadUsage(str(e)) from None
         out = Path(args.out) if args.out else Path(args.results).parent
     else:
-        from .runner import Runner
-
-        m = mx.select(mx.tiny() if name == "tiny" else mx.get(name), args.case)
-        if args.reps or args.n_gen:
-            m = mx.override(m, reps=args.reps, n_gen=args.n_gen)
         out = Path(args.out) if args.out else Path("specdec-bench") / (
-            f"{m.name}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
-        results = report.finalize(Runner(m, peers_enabled=not args.no_peers,
-                                         build_peers=not args.no_build, threads=args.threads,
-                                         log=log).run())
+            f"{_matrix_name(args)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+        try:
+            results = _measure(args, out, log)
+        except KeyboardInterrupt:
+            print(f"specdec bench: interrupted; the rows measured so far are in "
+                  f"{out / 'results.json'}", file=sys.stderr)
+            return EXIT_INTERRUPTED
     report.save_json(results, out / "results.json")
     md = report.markdown(results)
     (out / "report.md").write_text(md)
     print(md)
-    if not args.no_plots:
+    if not args.no_plots and results["rows"]:
         from . import plots
         for path in plots.write_all(results, out):
             log(f"wrote {path}")
     if args.save_baseline:
-        report.save_json(report.baseline_of(results), args.save_baseline)
-        log(f"wrote baseline {args.save_baseline}")
+        _baseline(results, args.save_baseline, log)
     log(f"wrote {out / 'results.json'} and {out / 'report.md'}")
-    rc = 1 if results["failures"] else 0
-    if args.compare:
-        checks = gate.compare(results, report.load_json(args.compare), args.margin)
-        print(f"## Regression gate against {args.compare} (margin {args.margin:.0%})\n")
-        print(gate.table(checks) + "\n")
-        print(gate.summary(checks))
-        if gate.failed(checks):
-            rc = 1
-        elif not any(c.status == "ok" for c in checks):
-            rc = 2      # nothing comparable: the gate says nothing, which must not pass silently
+    if args.gpu and not args.results and not args.rpc_standin and not args.no_serve:
+        _gpu_serve(args, out, log)
+    rc = EXIT_REGRESSION if results["failures"] else EXIT_OK
+    if base is not None:
+        judged = _gate(results, base, args)
+        rc = EXIT_REGRESSION if EXIT_REGRESSION in (rc, judged) else judged
     return rc

@@ -20,12 +20,17 @@ def cpu_model() -> str:
     return m.group(1).strip() if m else platform.machine()
 
 
-def machine_class(threads: int = 2) -> str:
+def _slug(text: str) -> str:
+    text = re.sub(r"\(r\)|\(tm\)|cpu|@.*$", "", text.lower())
+    return re.sub(r"[^a-z0-9]+", "-", text).strip("-")
+
+
+def machine_class(threads: int = 2, device: Optional[str] = None) -> str:
     """A file-name-safe class for baselines: CPU model and core count, e.g.
-    ``intel-xeon-processor-2c``. Ratios only compare within one class."""
-    slug = re.sub(r"\(r\)|\(tm\)|cpu|@.*$", "", cpu_model().lower())
-    slug = re.sub(r"[^a-z0-9]+", "-", slug).strip("-")
-    return f"{slug}-{os.cpu_count() or 1}c"
+    ``intel-xeon-processor-2c``, and the device the layers ran on, if not the CPU (``--gpu``:
+    ``...-16c-nvidia-h100-80gb-hbm3``). Ratios only compare within one class."""
+    base = f"{_slug(cpu_model())}-{os.cpu_count() or 1}c"
+    return f"{base}-{_slug(device)}" if device else base
 
 
 def git_commit() -> Optional[str]:
@@ -69,7 +74,9 @@ def timing_warning() -> Optional[str]:
     return None
 
 
-def describe(threads: int) -> Dict[str, Any]:
+def describe(threads: int, device: Optional[str] = None) -> Dict[str, Any]:
+    """The machine record of results and baselines; ``device``: what the layers ran on when
+    not this CPU (it joins the machine class)."""
     from .. import __version__
     from .._core import system_info
 
@@ -77,7 +84,8 @@ def describe(threads: int) -> Dict[str, Any]:
         "cpu": cpu_model(),
         "cpus": os.cpu_count(),
         "threads": threads,
-        "class": machine_class(),
+        "class": machine_class(device=device),
+        "device": device,
         "platform": platform.platform(),
         "python": platform.python_version(),
         "specdec": __version__,

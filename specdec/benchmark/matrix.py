@@ -23,7 +23,7 @@ MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only need
 @dataclass(frozen=True)
 class Method:
     side: str                        # SPECDEC, LLAMA_CPP or LCP
-    family: str                      # plain, ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp,
+    family: str                      # plain, greedy (a peer's sampling plain), ngram, ngram-map, ngram-mod, ngram-cache, suffix, draft, mtp,
                                      # eagle3, dflash, oracle
     drafter: str = ""                # specdec drafter spec, llama.cpp --spec-type, or LCP kind
     n_max: int = 0
@@ -34,6 +34,8 @@ class Method:
     @property
     def label(self) -> str:
         tag = " exact" if self.exact else ""
+        if self.family == "greedy":      # a peer's plain decoding that samples (llama-simple)
+            return f"{self.side} {self.drafter} greedy"
         if self.family == "plain":
             return f"{self.side} plain{tag}"
         how = "adaptive" if self.adaptive else f"n{self.n_max}"
@@ -49,7 +51,7 @@ class Case:
     prompts: Tuple[Prompt, ...]
     methods: Tuple[Method, ...]
     n_gen: int
-    size: str = ""                   # bigram: "tiny" / "mid"
+    size: str = ""                   # bigram: "tiny" / "mid" / "large"
     accuracy: float = 0.0            # bigram: first-draft accuracy of the MTP head (or EAGLE-3 draft)
     arch: str = "qwen35"             # bigram: qwen35 or qwen35moe
     dtype: str = ""                  # bigram: weight type ("" = the size's default, F16 for mid)
@@ -65,6 +67,8 @@ class Matrix:
     reps: int = 2                    # alternating rounds per (prompt, method); medians
     check_tokens: int = 64           # tokens of the exact-mode output check
     bench_reps: int = 2              # llama-bench repetitions per round
+    oracle_check_n_max: Tuple[int, ...] = (4, 8, 16)   # exact check: verify batches of n + 1 rows
+    expected_minutes: float = 0.0    # wall time on 2 cores with peers built (stated at start)
 
 
 def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False,
@@ -87,6 +91,9 @@ ORACLE_TIMED = tuple(Method(SPECDEC, "oracle", "oracle", n) for n in (2, 4, 8, 1
 PLAIN = Method(SPECDEC, "plain")
 LLAMA_PLAIN = Method(LLAMA_CPP, "plain", "llama-bench")
 LCP_PLAIN = Method(LCP, "plain", "plain")
+# llama.cpp's plain decoding that samples (greedy) on each prompt, as specdec plain does;
+# llama-bench decodes without sampling, so it is the lower bound of the work, not the same work
+LLAMA_GREEDY = Method(LLAMA_CPP, "greedy", "llama-simple")
 
 
 _LLAMA_FAMILY = {"ngram-simple": "ngram", "ngram-map-k": "ngram-map", "ngram-mod": "ngram-mod",
@@ -112,15 +119,17 @@ MTP_HEADS = ("mtp", "mtp:q4_0")
 
 
 def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
-              arch: str = "qwen35", dtype: str = "", interleave: int = 0) -> Case:
+              arch: str = "qwen35", dtype: str = "", interleave: int = 0,
+              heads: Tuple[str, ...] = MTP_HEADS, adaptive_cap: int = 4,
+              greedy_peer: bool = False) -> Case:
     """specdec (both heads) and llama.cpp's draft-mtp at each fixed ``n_max``, plus specdec's
     adaptive policy (also timed round by round against plain decoding, ``interleave``
     requests: the floor "never below 0.97x plain" is a question of a few percent)."""
-    methods = [PLAIN, LLAMA_PLAIN]
-    for head in MTP_HEADS:
+    methods = [PLAIN, LLAMA_PLAIN] + ([LLAMA_GREEDY] if greedy_peer else [])
+    for head in heads:
         methods += [_s("mtp", head, n) for n in n_max_list]
     methods += [Method(LLAMA_CPP, "mtp", "draft-mtp", n) for n in n_max_list]
-    methods += [_s("mtp", head, 4, adaptive=True) for head in MTP_HEADS]
+    methods += [_s("mtp", head, adaptive_cap, adaptive=True) for head in heads]
     tag = "mtp-moe" if arch != "qwen35" else "mtp"
     name = f"{tag}-{size}{'-' + dtype if dtype else ''}-{round(acc * 100)}"
     return Case(name, "bigram", (Prompt("bigram", "open", MTP_PROMPT),), tuple(methods), n_gen,
@@ -176,6 +185,28 @@ def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
     return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
 
 
+def ci() -> Matrix:
+    """The CI tier (``specdec bench --ci``): the ratios that matter most in about 3 minutes on
+    2 cores with peers built. Plain against llama-bench; the best n-gram drafters (fixed and
+    adaptive suffix) against plain and against llama.cpp's two strongest n-gram modes; MTP at
+    90% (fixed, adaptive, llama.cpp's draft-mtp); the floor (adaptive MTP >= 0.97x plain,
+    interleaved). Two short grounded prompts, 64 tokens, 3 alternating rounds (the gate needs
+    a spread); the exact-mode check at 32 tokens and one oracle batch size."""
+    gemma = Case("gemma3-270m", "gemma", _pick(["code-api-head", "repeat-passage"]),
+                 (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3),
+                  _s("suffix", "suffix", 16, adaptive=True),
+                  _llama_ngram(3), _llama_ngram(3, "ngram-map-k")),
+                 n_gen=64)
+    mtp = _mtp_case(0.9, (3,), "mid", 64, interleave=2, heads=("mtp",))
+    return Matrix("ci", (gemma, mtp), reps=3, check_tokens=32, bench_reps=1,
+                  oracle_check_n_max=(8,), expected_minutes=3)
+
+
+#: the quick matrix's wall time on 2 cores with peers built, measurement and checks (stated at
+#: its start; see bench/README.md for how it was measured)
+QUICK_MINUTES = 9
+
+
 def quick() -> Matrix:
     """Every ratio of the note in one run, under 10 minutes on 2 cores: short prompts (the
     prompt pass is most of a short run's time), the strongest llama.cpp n-gram modes."""
@@ -194,7 +225,28 @@ def quick() -> Matrix:
                                  (0.7, (2,), "q8_0")))
     # RPC at the largest delay only (``--full`` sweeps them)
     rpc = _rpc_case(RPC_DELAYS_MS[-1], _pick(["code-api-head", "repeat-passage"]), 128)
-    return Matrix("quick", (gemma,) + mtp + (rpc,), reps=2, check_tokens=48, bench_reps=1)
+    return Matrix("quick", (gemma,) + mtp + (rpc,), reps=2, check_tokens=48, bench_reps=1,
+                  expected_minutes=QUICK_MINUTES)
+
+
+def gpu(quick: bool = False) -> Matrix:
+    """``specdec bench --gpu``: every layer on the device on both sides (the runner's
+    placement). MTP on the ~1.4B bigram size (a GPU model's cost; the mid size is launch-bound
+    there) at 90/70/50% with fixed n_max up to 8 and adaptive (cap 8), and on the mid size at
+    90/70% (the adaptive floor); specdec plain against llama-bench and against llama-simple
+    (which samples greedily, as specdec does). Synthetic models only: no download. ``quick``:
+    the large size at 90/70%, fewer draft lengths, 2 rounds."""
+    if quick:
+        large = tuple(_mtp_case(a, (2, 4, 6, 8), "large", 128, interleave=3, heads=("mtp",),
+                                adaptive_cap=8, greedy_peer=True) for a in (0.9, 0.7))
+        return Matrix("gpu-quick", large, reps=2, check_tokens=32, bench_reps=1,
+                      oracle_check_n_max=())
+    large = tuple(_mtp_case(a, (1, 2, 3, 4, 6, 8), "large", 256, interleave=4, adaptive_cap=8,
+                            greedy_peer=True) for a in (0.9, 0.7, 0.5))
+    mid = tuple(_mtp_case(a, (1, 2, 3, 4), "mid", 256, interleave=4, greedy_peer=True)
+                for a in (0.9, 0.7))
+    return Matrix("gpu", large + mid, reps=3, check_tokens=32, bench_reps=2,
+                  oracle_check_n_max=())
 
 
 def full() -> Matrix:
@@ -257,7 +309,8 @@ def override(m: Matrix, *, reps: Optional[int] = None, n_gen: Optional[int] = No
     return replace(m, cases=cases, reps=reps or m.reps)
 
 
-MATRICES = {"quick": quick, "full": full}
+MATRICES = {"ci": ci, "quick": quick, "full": full, "gpu": gpu,
+            "gpu-quick": lambda: gpu(quick=True)}
 
 
 def get(name: str) -> Matrix:
@@ -267,14 +320,24 @@ def get(name: str) -> Matrix:
         raise ValueError(f"unknown matrix {name!r}; choose from {sorted(MATRICES)}") from None
 
 
+class UnknownCase(ValueError):
+    """A ``--case`` that names no case of the matrix; the message lists the valid ones."""
+
+
 def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
+    """The cases of ``m`` whose name starts with one of ``case_names`` (all if none). A name
+    that matches nothing is an error that lists the matrix's cases, as is an empty result."""
     if not case_names:
         return m
+    valid = ", ".join(c.name for c in m.cases)
+    for n in case_names:
+        if not any(c.name.startswith(n) for c in m.cases):
+            raise UnknownCase(f"no case of the {m.name!r} matrix starts with {n!r}; "
+                              f"its cases: {valid}")
     cases = tuple(c for c in m.cases if any(c.name.startswith(n) for n in case_names))
-    if not cases:
-        raise ValueError(f"no case of {m.name!r} matches {case_names}")
     return replace(m, cases=cases)
 
 
-__all__ = ["Case", "Matrix", "Method", "get", "quick", "full", "tiny", "select", "override",
+__all__ = ["Case", "Matrix", "Method", "UnknownCase", "get", "ci", "quick", "full", "gpu", "tiny",
+           "select", "override", "QUICK_MINUTES",
            "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "RPC_DELAYS_MS"]

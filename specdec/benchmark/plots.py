@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 from .matrix import LLAMA_CPP, SPECDEC
 from .report import GROUNDED, _Case, oracle_summary
-from .runner import BOS_PROMPT, Row, is_interleaved, rows_of
+from .rows import BOS_PROMPT, Row, is_interleaved, rows_of
 
 COLORS = {SPECDEC: "tab:blue", LLAMA_CPP: "tab:orange", "llama-cpp-python": "tab:green"}
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
+import statistics
+import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
 from .matrix import LCP, LLAMA_CPP, SPECDEC
-from .runner import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
+from .rows import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
 
 GROUNDED = ("code", "repeat", "records")
 TRACKED_KINDS = ("speedup", "vs-llama.cpp")
@@ -38,14 +40,28 @@ class Ratio:
     kind: str
     case: str
     target: Optional[float] = None
+    runs: Optional[List[float]] = None     # the same ratio on each alternating round alone
 
     @property
     def tracked(self) -> bool:
         return self.kind in TRACKED_KINDS
 
+    @property
+    def spread(self) -> Optional[float]:
+        """Relative standard deviation of the per-round ratios (None under 2 rounds): how
+        far this ratio moves between rounds of one run, which the gate's tolerance is
+        made of."""
+        if not self.runs or len(self.runs) < 2:
+            return None
+        mid = statistics.median(self.runs)
+        return statistics.stdev(self.runs) / mid if mid > 0 else None
+
     def to_dict(self) -> Dict[str, Any]:
+        spread = self.spread
         return {"value": round(self.value, 4), "kind": self.kind, "case": self.case,
-                "target": self.target, "tracked": self.tracked}
+                "target": self.target, "tracked": self.tracked,
+                "runs": [round(x, 4) for x in self.runs or []],
+                "spread": None if spread is None else round(spread, 4)}
 
 
 def _gmean(xs: Iterable[float]) -> float:
@@ -162,6 +178,11 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
         if sp and lb and _ok(sp) and _ok(lb):
             put(case, "specdec plain / llama-bench", sp.tok_s / lb.tok_s, "vs-llama.cpp",
                 0.97 if case.startswith("gemma") else None)
+        for m in c.methods:
+            if c.meta[m].family == "greedy" and "specdec plain" in c.meta:
+                # the same work on both sides: greedy sampling on the same prompt
+                put(case, f"specdec plain / {m}", c.ratio("specdec plain", m), "vs-llama.cpp",
+                    0.98)
         families = dict.fromkeys(c.meta[m].family for m in c.methods if c.meta[m].side == SPECDEC)
         for fam in families:
             if fam == "plain":
@@ -212,6 +233,28 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
         if dm and ours_draft:
             put(case, "specdec draft best / llama-cpp-python draft model",
                 c.ratio(ours_draft, dm), "vs-llama-cpp-python")
+    return out
+
+
+def _round(rows: List[Row], i: int) -> List[Row]:
+    """The rows as round ``i`` alone measured them (a row with fewer rounds keeps its value)."""
+    out = []
+    for r in rows:
+        tok_s = r.tok_s_runs[i] if i < len(r.tok_s_runs) else r.tok_s
+        ref = r.ref_tok_s_runs[i] if i < len(r.ref_tok_s_runs) else r.ref_tok_s
+        out.append(replace(r, tok_s=tok_s, ref_tok_s=ref))
+    return out
+
+
+def ratios_with_spread(rows: List[Row]) -> Dict[str, Ratio]:
+    """:func:`compute_ratios`, each with its value on every round alone (``runs``): both
+    sides of a ratio ran in turn within a round, so a round's ratio is a sample of it."""
+    out = compute_ratios(rows)
+    n = max((len(r.tok_s_runs) for r in rows), default=0)
+    per = [compute_ratios(_round(rows, i)) for i in range(n)] if n >= 2 else []
+    for name, ratio in out.items():
+        runs = [p[name].value for p in per if name in p]
+        ratio.runs = runs if len(runs) == len(per) else None
     return out
 
 
@@ -273,7 +316,7 @@ def failures(rows: List[Row]) -> List[Row]:
 def finalize(results: Dict[str, Any]) -> Dict[str, Any]:
     """Add the ratios and failures to a results dict (idempotent)."""
     rows = rows_of(results)
-    results["ratios"] = {k: r.to_dict() for k, r in compute_ratios(rows).items()}
+    results["ratios"] = {k: r.to_dict() for k, r in ratios_with_spread(rows).items()}
     results["oracle"] = oracle_summary(rows)
     results["failures"] = [f"{r.case} / {r.prompt} / {r.method}: {r.check}" for r in failures(rows)]
     results["failures"] += [f"{c['case']} / {c['prompt']} / oracle n{c['n_max']} (exact): {c['check']}"
@@ -282,16 +325,59 @@ def finalize(results: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def save_json(results: Dict[str, Any], path: os.PathLike[str] | str) -> Path:
+    """Write atomically (a temporary file in the same directory, then ``os.replace``): a run
+    killed while writing leaves the previous complete file, never half of one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=1) + "\n")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(results, indent=1) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return path
 
 
+class BadInput(ValueError):
+    """A results or baseline file that is missing or is not one (``specdec bench`` exit 3)."""
+
+
 def load_json(path: os.PathLike[str] | str) -> Dict[str, Any]:
-    return json.loads(Path(path).read_text())
+    """A JSON object from ``path``; :class:`BadInput` (one line) if it is missing or not JSON."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise BadInput(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadInput(f"{path}: cannot read it ({e})") from None
+    except ValueError as e:
+        raise BadInput(f"{path}: not JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"{path}: not a JSON object")
+    return data
+
+
+def load_results(path: os.PathLike[str] | str) -> Dict[str, Any]:
+    """A results file (complete or partial) with its ratios computed; :class:`BadInput` if it
+    is not one."""
+    data = load_json(path)
+    missing = [k for k in ("rows", "matrix", "machine", "settings") if k not in data]
+    if missing or not isinstance(data["rows"], list):
+        raise BadInput(f"{path}: not a results file of specdec bench (missing "
+                       f"{', '.join(missing) or 'a list of rows'})")
+    try:
+        return finalize(data)
+    except (TypeError, KeyError, ValueError) as e:
+        raise BadInput(f"{path}: malformed results ({type(e).__name__}: {e})") from None
+
+
+def progress_of(results: Dict[str, Any]) -> Dict[str, Any]:
+    """Which cases a run planned and which it completed (measured and checked). A results
+    file without the record (written before runs recorded it) counts as complete."""
+    done = list(dict.fromkeys(r["case"] for r in results.get("rows", [])))
+    return results.get("progress") or {"complete": True, "planned": done, "completed": done}
 
 
 def baseline_of(results: Dict[str, Any]) -> Dict[str, Any]:
@@ -310,7 +396,7 @@ def _cell(r: Row, speedup: float) -> str:
         return f"{r.status}: {r.note[:80]}" if r.note else r.status
     bits = [f"{r.tok_s:.1f}"]
     extra = []
-    if speedup > 0 and r.family != "plain":
+    if speedup > 0 and r.family not in ("plain", "greedy"):
         extra.append(f"{speedup:.2f}x")
     if r.drafted:
         extra.append(f"acc {r.acceptance:.0%}")
@@ -345,7 +431,7 @@ def case_table(name: str, rows: List[Row]) -> str:
         checks = {c.by[(m, p)].check for p in c.prompts if (m, p) in c.by}
         check = "FAIL" if "FAIL" in checks else ("PASS" if checks == {"PASS"} else
                                                    ", ".join(sorted(x for x in checks if x)))
-        sp = c.speedup(m) if c.meta[m].family != "plain" else 0.0
+        sp = c.speedup(m) if c.meta[m].family not in ("plain", "greedy") else 0.0
         out.append(f"| {m} | " + " | ".join(cells) + f" | {sp:.2f}x | {check} |"
                    if sp else f"| {m} | " + " | ".join(cells) + f" |  | {check} |")
     return "\n".join(out)
@@ -400,6 +486,13 @@ def markdown(results: Dict[str, Any]) -> str:
     if s.get("inject_sleep_ms"):
         lines += [f"**Injected sleep: {s['inject_sleep_ms']:.0f} ms per specdec round** "
                   "(a deliberately slowed build).", ""]
+    prog = progress_of(results)
+    if not prog["complete"]:
+        missing = [c for c in prog["planned"] if c not in prog["completed"]]
+        lines += [f"**Partial results: the run stopped before it finished.** Completed cases: "
+                  f"{', '.join(prog['completed']) or 'none'}; not completed: "
+                  f"{', '.join(missing) or 'none'} (rows measured before the stop are kept; "
+                  f"their exact-mode check may not have run).", ""]
     lines += ["## Headline ratios", "", headline(ratios), ""]
     for case in dict.fromkeys(r.case for r in rows):
         cr = [r for r in rows if r.case == case]
@@ -419,9 +512,13 @@ def markdown(results: Dict[str, Any]) -> str:
         ot = oracle_table(case, cr)
         if ot:
             lines += [ot, ""]
-    lines += ["## All ratios", "", "| ratio | value | kind | gate |", "|---|---|---|---|"]
-    lines += [f"| {r.name} | {r.value:.3f} | {r.kind} | {'tracked' if r.tracked else ''} |"
-              for r in ratios.values()]
+    lines += ["## All ratios", "", "Spread: relative standard deviation of the ratio over the "
+              "alternating rounds (each round's ratio alone).", "",
+              "| ratio | value | spread | kind | gate |", "|---|---|---|---|---|"]
+    spread = {k: v.get("spread") for k, v in results.get("ratios", {}).items()}
+    lines += [f"| {r.name} | {r.value:.3f} | "
+              f"{'' if spread.get(r.name) is None else format(spread[r.name], '.1%')} | "
+              f"{r.kind} | {'tracked' if r.tracked else ''} |" for r in ratios.values()]
     fails = failures(rows)
     oracle = results.get("oracle_checks", [])
     oracle_fails = [c for c in oracle if c["check"] != "PASS"]
@@ -454,5 +551,6 @@ def ratios_from(results: Dict[str, Any]) -> Dict[str, float]:
     return {k: v["value"] for k, v in results.get("ratios", {}).items()}
 
 
-__all__ = ["Ratio", "compute_ratios", "finalize", "save_json", "load_json", "baseline_of",
+__all__ = ["Ratio", "BadInput", "compute_ratios", "ratios_with_spread", "finalize", "save_json",
+           "load_json", "load_results", "progress_of", "baseline_of",
            "markdown", "failures", "ratios_from", "oracle_summary", "oracle_table"]

@@ -21,89 +21,21 @@ import gc
 import os
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import api
 from .._progress import progress
 from .._core import Model
-from ..models import default_model_path
 from . import llama_tools, machine, peers
+from .case_models import CaseModels
 from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
 from .prompts import Prompt
+from .rows import (BOS_PROMPT, INTERLEAVED, Row, Sample, interleaved_prompt, prefix_share,
+                   is_interleaved, rows_of)
 
 INJECT_ENV = "SPECDEC_BENCH_INJECT_SLEEP_MS"
-BOS_PROMPT = "(empty context)"   # the prompt name of plain decoding against llama-bench
-INTERLEAVED = "(interleaved with plain)"   # suffix of the prompt name of interleaved rows
-
-
-def interleaved_prompt(name: str) -> str:
-    return f"{name} {INTERLEAVED}"
-
-
-# draft lengths of the oracle's exact check: verify batches of up to 17 rows on every prompt
-ORACLE_N_MAX = (4, 8, 16)
-
-
-def is_interleaved(prompt: str) -> bool:
-    return prompt.endswith(INTERLEAVED)
-
-
-@dataclass
-class Row:
-    """One method on one prompt of one case: median tok/s over the rounds, and checks."""
-
-    case: str
-    prompt: str
-    category: str
-    method: str
-    side: str
-    family: str
-    drafter: str = ""
-    n_max: int = 0
-    adaptive: bool = False
-    exact: bool = False
-    tok_s: float = 0.0
-    tok_s_runs: List[float] = field(default_factory=list)
-    drafted: int = 0
-    accepted: int = 0
-    drafted_per_position: List[int] = field(default_factory=list)
-    accepted_per_position: List[int] = field(default_factory=list)
-    match: Optional[float] = None      # fast mode: share of tokens equal to plain greedy, from the start
-    check: str = ""                    # exact mode: PASS / FAIL (specdec only), else ""
-    status: str = "ok"                 # ok / unavailable / error
-    note: str = ""
-    ref_tok_s: float = 0.0             # interleaved rows: plain decoding, timed in turn with it
-    ref_tok_s_runs: List[float] = field(default_factory=list)
-
-    @property
-    def acceptance(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    def to_dict(self) -> Dict[str, Any]:
-        d = asdict(self)
-        d["acceptance"] = self.acceptance
-        return d
-
-
-@dataclass
-class Sample:
-    tok_s: float
-    tokens: Optional[List[int]] = None
-    text: str = ""
-    drafted: int = 0
-    accepted: int = 0
-    drafted_at: List[int] = field(default_factory=list)
-    accepted_at: List[int] = field(default_factory=list)
-
-
-def _share(a: Sequence, b: Sequence) -> float:
-    """Share of the common length on which ``a`` and ``b`` agree from the start."""
-    n = min(len(a), len(b))
-    k = next((i for i in range(n) if a[i] != b[i]), n)
-    return k / n if n else 0.0
 
 
 def inject_sleep_s() -> float:
@@ -143,55 +75,29 @@ def _specdec_sample(dec: api.Decoder, prompt, n_gen: int, sleep_s: float) -> Sam
                   list(s.drafted_per_position), list(s.accepted_per_position))
 
 
-class _Models:
-    """Model files per case, made on first use (gemma, its layer-skip draft, bigram MTP)."""
-
-    def __init__(self, log: Callable[[str], None]) -> None:
-        self.log = log
-
-    def target(self, case: Case) -> str:
-        if case.model == "bigram":
-            from .synthetic import model_for
-            return str(model_for(case.size, case.accuracy, case.arch, case.dtype, log=self.log))
-        if case.model == "bigram+eagle3":   # the accuracy is the EAGLE-3 draft's
-            from .synthetic import EAGLE3_TARGET_ACCURACY, model_for
-            return str(model_for(case.size, EAGLE3_TARGET_ACCURACY, case.arch, case.dtype,
-                                 log=self.log))
-        if case.model == "bigram+dflash":   # likewise, the DFlash draft's
-            from .synthetic import dflash_target
-            return str(dflash_target(case.size, case.dtype))
-        return str(default_model_path())
-
-    def draft(self, case: Case) -> Optional[str]:
-        if case.model == "bigram+eagle3":
-            from .synthetic import eagle3_draft_for
-            return str(eagle3_draft_for(self.target(case), case.size, case.accuracy, case.dtype,
-                                        log=self.log))
-        if case.model == "bigram+dflash":
-            from .synthetic import dflash_draft_for
-            return str(dflash_draft_for(self.target(case), case.size, case.accuracy, case.dtype))
-        if case.model.startswith("layerskip:"):
-            from ..drafters.layerskip import derive_layerskip_gguf
-            return str(derive_layerskip_gguf(self.target(case), int(case.model.split(":")[1])))
-        return None
-
-
 class Runner:
     """Runs one matrix; ``run()`` returns the rows (see ``report`` for ratios and tables)."""
 
     def __init__(self, matrix: Matrix, *, peers_enabled: bool = True, build_peers: bool = True,
-                 threads: int = 2, log: Callable[[str], None] = print) -> None:
+                 threads: int = 2, log: Callable[[str], None] = print,
+                 checkpoint: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 n_gpu_layers: int = 0, device_rpc: bool = False) -> None:
         self.m = matrix
+        # every case's layers on the device (``--gpu``: -1, all), on both sides; with
+        # ``device_rpc`` a local RPC server per side stands in for the device (a CPU test)
+        self.n_gpu_layers = -1 if device_rpc and not n_gpu_layers else n_gpu_layers
+        self.device_rpc = device_rpc
+        self.checkpoint = checkpoint     # called with the results so far, as rows are measured
         self.peers_enabled = peers_enabled
         self.build_peers = build_peers
         self.threads = threads
         self.log = log
         self.sleep_s = inject_sleep_s()
-        self.models = _Models(log)
+        self.models = CaseModels(log)
         self._lcp: Optional[peers.LcpWorker] = None
         self._lcp_error: Optional[str] = None
         self._t0 = 0.0
-        self._oracle_checks: List[Dict[str, Any]] = []   # exact mode at n_max in ORACLE_N_MAX
+        self._oracle_checks: List[Dict[str, Any]] = []   # exact mode at the matrix's oracle_check_n_max
         self._done = 0
         self._total = 0
         self._bar: Any = None     # a tqdm bar over the measurements, while run() runs
@@ -199,6 +105,9 @@ class Runner:
         self._case_draft: Optional[str] = None     # the running case's draft file, if any
         self._placement: Dict[str, Any] = {}    # Model placement of the running case (RPC)
         self._peer_flags: Tuple[str, ...] = ()  # the same placement in llama.cpp's flags
+        self._rows: List[Row] = []              # every row measured so far, this case's included
+        self._completed: List[str] = []         # cases measured and checked
+        self._info: Dict[str, Any] = {}
 
     # --- bookkeeping --------------------------------------------------------------------
 
@@ -211,15 +120,33 @@ class Runner:
                 n += len(c.prompts) * sum(1 for m in c.methods if m.side == SPECDEC and m.adaptive)
             if any(m.side == LLAMA_CPP and m.family == "plain" for m in c.methods):
                 n += 2 * self.m.reps
+            n += self._check_steps(c)
         return n
 
+    def _check_steps(self, c: Case) -> int:
+        """Steps of a case's exact-mode check: plain's reference, each checked method and
+        each oracle batch size (none over RPC)."""
+        if c.rpc_delay_ms is not None or self.n_gpu_layers:
+            return 0
+        checked = {m.label.removesuffix(" exact") for m in c.methods
+                   if m.side == SPECDEC and m.family not in ("plain", "oracle")}
+        return 1 + len(checked) + len(self.m.oracle_check_n_max)
+
     def _tick(self, what: str) -> None:
+        """One step done: the bar moves (a terminal), else a line with the time so far and an
+        estimate of the time left (at the mean pace of the steps so far)."""
         self._done += 1
         if self._bar is not None and not self._bar.disable:
             self._bar.update(1)
             self._bar.set_postfix_str(what, refresh=True)
         else:
-            self.log(f"[{self._done}/{self._total} {time.monotonic() - self._t0:5.0f}s] {what}")
+            spent = time.monotonic() - self._t0
+            left = spent / self._done * max(self._total - self._done, 0)
+            self.log(f"[{self._done}/{self._total} {spent:5.0f}s, ~{left:.0f}s left] {what}")
+
+    def _save(self, complete: bool = False) -> None:
+        if self.checkpoint is not None:
+            self.checkpoint(self._results(complete))
 
     def _peer_reason(self, method: Method) -> Optional[str]:
         """Why a peer method cannot run here, or None."""
@@ -227,6 +154,8 @@ class Runner:
             return None
         if not self.peers_enabled:
             return "peers disabled (--no-peers)"
+        if method.family == "greedy" and "--rpc" in self._peer_flags:
+            return "llama-simple takes no --rpc: it cannot reach RPC servers"
         if method.side == LCP:
             if self._lcp is None and self._lcp_error is None:
                 try:
@@ -255,9 +184,37 @@ class Runner:
         return api.Decoder(model, drafter=drafter, n_max=method.n_max or 4, adaptive=method.adaptive,
                            exact=exact, n_ctx=n_ctx, n_threads=self.threads)
 
+    def _ngl_flag(self) -> str:
+        """llama.cpp's ``-ngl`` for ``n_gpu_layers`` (-1, every layer: 99)."""
+        return "99" if self.n_gpu_layers < 0 else str(self.n_gpu_layers)
+
     def _run_case(self, case: Case) -> List[Row]:
+        if case.rpc_delay_ms is None and self.device_rpc:
+            from ..testing.local_rpc import LocalRpcServers
+            # as in the RPC cases: the tools get a server of their own (one client each)
+            with LocalRpcServers(1, threads=self.threads) as ours, \
+                    LocalRpcServers(1, threads=self.threads) as theirs:
+                self._placement = {"n_gpu_layers": self.n_gpu_layers,
+                                   "rpc_servers": ours.endpoints}
+                self._peer_flags = ("--rpc", theirs.endpoints, "-ngl", self._ngl_flag())
+                self.log(f"{case.name}: a local RPC server stands in for the device "
+                         f"({ours.endpoints}; llama.cpp's tools: {theirs.endpoints})")
+                try:
+                    return self._run_case_here(case)
+                finally:
+                    self._placement, self._peer_flags = {}, ()
+                    gc.collect()
         if case.rpc_delay_ms is None:
-            return self._run_case_here(case)
+            if self.n_gpu_layers:
+                self._placement = {"n_gpu_layers": self.n_gpu_layers}
+                self._peer_flags = ("-ngl", self._ngl_flag())
+            else:
+                # peers built with a GPU backend would offload by default (-ngl's default)
+                self._peer_flags = llama_tools.cpu_only_flags()
+            try:
+                return self._run_case_here(case)
+            finally:
+                self._placement, self._peer_flags = {}, ()
         from ..testing.local_rpc import LocalRpcServers
         # a llama.cpp RPC server serves one client at a time, and a client process keeps its
         # connection until it exits: the llama.cpp tools get servers of their own, or they
@@ -313,10 +270,16 @@ class Runner:
                 except Exception as e:  # noqa: BLE001
                     errors[m] = str(e)
         plain = next(m for m in case.methods if m.side == SPECDEC and m.family == "plain")
-        rows += self._plain_vs_llama_bench(case, model, decs[plain], target, errors)
+        rows += self._keep(self._plain_vs_llama_bench(case, model, decs[plain], target, errors))
         for p in case.prompts:
-            rows += self._run_prompt(case, p, model, decs, errors, target, draft)
+            rows += self._keep(self._run_prompt(case, p, model, decs, errors, target, draft))
         self._exact_check(case, target, mtp, rows)
+        return rows
+
+    def _keep(self, rows: List[Row]) -> List[Row]:
+        """Rows just measured: kept, and written out through ``checkpoint``."""
+        self._rows += rows
+        self._save()
         return rows
 
     def _record(self, case: Case, model: Model) -> Dict[Any, List[int]]:
@@ -404,9 +367,9 @@ class Runner:
                 r.drafted_per_position, r.accepted_per_position = last.drafted_at, last.accepted_at
                 if ref is not None and m is not plain_m:
                     if last.tokens is not None:
-                        r.match = _share(last.tokens, ref.tokens or [])
+                        r.match = prefix_share(last.tokens, ref.tokens or [])
                     else:
-                        r.match = _share(last.text, ref.text)
+                        r.match = prefix_share(last.text, ref.text)
                 elif m is plain_m:
                     r.match = 1.0
             rows.append(r)
@@ -446,6 +409,10 @@ class Runner:
                 target: str, draft: Optional[str], echo: str) -> Sample:
         if m.side == SPECDEC:
             return _specdec_sample(decs[m], p.text, case.n_gen, self.sleep_s)
+        if m.family == "greedy":
+            out = llama_tools.run_simple_timed(target, p.text, case.n_gen, threads=self.threads,
+                                               extra=self._peer_flags, echo=echo)
+            return Sample(out["tok_s"], None, out["text"])
         if m.side == LCP:
             assert self._lcp is not None
             out = self._lcp.run(f"{case.name}/{m.label}", p.text, case.n_gen)
@@ -462,12 +429,14 @@ class Runner:
     def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:
         """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens."""
         n = self.m.check_tokens
-        if case.rpc_delay_ms is not None:
-            # exact mode needs batch-invariant kernels, which the servers do not promise; the
-            # local cases check the same drafters, and ``match`` compares with remote plain
+        if case.rpc_delay_ms is not None or self._placement:
+            # exact mode needs batch-invariant kernels, which the servers and devices do not
+            # promise (tests/test_gpu.py checks the device's); the CPU matrices check the same
+            # drafters, and ``match`` compares with plain decoding on the same device
+            where = "remote" if case.rpc_delay_ms is not None else "device"
             for r in rows:
                 if r.side == SPECDEC and r.status == "ok" and r.prompt != BOS_PROMPT:
-                    r.check = "n/a (remote)"
+                    r.check = f"n/a ({where})"
             return
         try:
             model = Model(target, load_mtp=mtp, use_extra_bufts=False)
@@ -481,9 +450,12 @@ class Runner:
             # (the timed oracle is the exact check's own reference, checked in _oracle_check)
             if (r.side == SPECDEC and r.prompt != BOS_PROMPT and not is_interleaved(r.prompt)
                     and r.family != "oracle"):
-                methods[r.method] = Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive)
+                # a method timed in exact mode is the same method to check: checked once
+                methods.setdefault(r.method.removesuffix(" exact"),
+                                   Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive))
         plain_dec = self._decoder(model, Method(SPECDEC, "plain"), n, case.prompts, exact=True)
         ref = {p.name: plain_dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
+        self._tick(f"exact check {case.name}: plain reference")
         for label, m in methods.items():
             if m.family == "plain":
                 continue
@@ -494,10 +466,10 @@ class Runner:
             except Exception as e:  # noqa: BLE001
                 got, err = {}, f"error: {type(e).__name__}: {e}"
             for r in rows:
-                if r.method == label and r.prompt in ref:
+                if r.method.removesuffix(" exact") == label and r.prompt in ref:
                     r.check = err or ("PASS" if got[r.prompt] == ref[r.prompt] else "FAIL")
-            self.log(f"exact check {case.name} {label}: "
-                     f"{err or ('PASS' if all(got[k] == ref[k] for k in ref) else 'FAIL')}")
+            self._tick(f"exact check {case.name} {label}: "
+                       f"{err or ('PASS' if all(got[k] == ref[k] for k in ref) else 'FAIL')}")
         for r in rows:
             if r.side == SPECDEC and r.family == "plain" and r.prompt != BOS_PROMPT:
                 r.check = "ref"
@@ -505,12 +477,12 @@ class Runner:
 
     def _oracle_check(self, case: Case, model: Model, plain_dec: api.Decoder,
                       ref: Dict[str, List[int]]) -> None:
-        """Exact mode at every verify batch size up to ``max(ORACLE_N_MAX) + 1`` rows: a
+        """Exact mode at every verify batch size up to ``max(oracle_check_n_max) + 1`` rows: a
         drafter that proposes the plain output itself must be accepted in full and change
         nothing, whatever drafters the case times."""
         n = self.m.check_tokens
         book = {tuple(plain_dec.tokenize(p.text)): ref[p.name] for p in case.prompts}
-        for k in ORACLE_N_MAX:
+        for k in self.m.oracle_check_n_max:
             dec = api.Decoder(model, drafter=Oracle(book), n_max=k, exact=True,
                               n_ctx=self._n_ctx(model, n, case.prompts), n_threads=self.threads)
             verdicts = []
@@ -523,8 +495,8 @@ class Runner:
                     verdicts.append(f"error: {type(e).__name__}: {e}")
                 self._oracle_checks.append({"case": case.name, "prompt": p.name, "n_max": k,
                                             "check": verdicts[-1]})
-            self.log(f"exact check {case.name} oracle n{k}: "
-                     f"{'PASS' if all(v == 'PASS' for v in verdicts) else 'FAIL'}")
+            self._tick(f"exact check {case.name} oracle n{k}: "
+                       f"{'PASS' if all(v == 'PASS' for v in verdicts) else 'FAIL'}")
 
     # --- all ----------------------------------------------------------------------------
 
@@ -533,19 +505,64 @@ class Runner:
         self._t0 = time.monotonic()
         self._total = self._count()
         self._oracle_checks = []
-        info = machine.describe(self.threads)
-        rows: List[Row] = []
+        self._rows, self._completed = [], []
+        self._info = machine.describe(self.threads, self._device())
+        self._save()           # a run stopped before its first row still leaves a results file
+        self._build_tools()
         try:
             with progress(total=self._total, desc=f"specdec bench ({self.m.name})",
-                          unit="run", leave=True) as self._bar:
+                          unit="step", leave=True) as self._bar:
                 for case in self.m.cases:
                     self.log(f"== {case.name}: {len(case.prompts)} prompt(s) x {len(case.methods)} "
                              f"method(s), {case.n_gen} tokens, {self.m.reps} rounds")
-                    rows += self._run_case(case)
+                    self._run_case(case)
+                    self._completed.append(case.name)
+                    self._save()
         finally:
             self._bar = None
             if self._lcp is not None:
                 self._lcp.close()
+        return self._results(complete=True)
+
+    def _build_tools(self) -> None:
+        """Build the llama.cpp tools this matrix runs, up front as a named step (they would be
+        built on first use otherwise, in the middle of a timed round); a failure leaves their
+        rows to say why."""
+        if not (self.peers_enabled and self.build_peers):
+            return
+        want = set()
+        for c in self.m.cases:
+            for m in c.methods:
+                if m.side == LLAMA_CPP:
+                    want.add({"plain": "llama-bench", "greedy": "llama-simple"}.get(
+                        m.family, "llama-speculative-simple"))
+        if not want or llama_tools.built(sorted(want)):
+            return
+        log = llama_tools.tools_dir() / "build.log"
+        self.log(f"building llama.cpp's {', '.join(sorted(want))} (once, into "
+                 f"{llama_tools.tools_dir()}; a CPU build takes about 8 minutes on 2 cores, a "
+                 f"GPU backend's kernels far longer; output in {log})")
+        t0 = time.monotonic()
+        try:
+            llama_tools.ensure_tools(sorted(want), log=log)
+        except Exception as e:  # noqa: BLE001 - the tools' rows say why
+            self.log(f"building llama.cpp's tools failed: {e}")
+            return
+        self.log(f"built llama.cpp's tools in {time.monotonic() - t0:.0f} s")
+
+    def _device(self) -> Optional[str]:
+        """What the layers run on when not this CPU: the RPC stand-in or the GPUs' names."""
+        if self.device_rpc:
+            return "rpc-standin"
+        if self.n_gpu_layers:
+            from .gpu import device_names
+            return ",".join(device_names()) or None
+        return None
+
+    def _results(self, complete: bool) -> Dict[str, Any]:
+        """The results dict that ``report`` renders and saves; ``progress`` says which cases
+        are complete (a checkpoint's rows of the running case may lack their exact check)."""
+        info = self._info
         return {
             "schema": 1,
             "matrix": self.m.name,
@@ -553,26 +570,24 @@ class Runner:
             "peers": {"llama.cpp": info.get("llama_cpp_pin"),
                       "llama-cpp-python": self._lcp.version if self._lcp else self._lcp_error},
             "settings": {"reps": self.m.reps, "check_tokens": self.m.check_tokens,
+                         "oracle_check_n_max": list(self.m.oracle_check_n_max),
                          "threads": self.threads, "inject_sleep_ms": self.sleep_s * 1000,
+                         "n_gpu_layers": self.n_gpu_layers, "device_rpc": self.device_rpc,
                          "cases": {c.name: {"n_gen": c.n_gen, "model": c.model,
                                             "accuracy": c.accuracy, "arch": c.arch, "dtype": c.dtype,
                                             "interleave": c.interleave,
                                             "rpc_delay_ms": c.rpc_delay_ms}
                                    for c in self.m.cases}},
             "wall_s": round(time.monotonic() - self._t0, 1),
-            "rows": [r.to_dict() for r in rows],
-            "oracle_checks": self._oracle_checks,
+            "progress": {"complete": complete, "planned": [c.name for c in self.m.cases],
+                         "completed": list(self._completed)},
+            "rows": [r.to_dict() for r in self._rows],
+            "oracle_checks": list(self._oracle_checks),
         }
 
 
 def run(matrix: Matrix, **kw: Any) -> Dict[str, Any]:
     return Runner(matrix, **kw).run()
-
-
-def rows_of(results: Dict[str, Any]) -> List[Row]:
-    """Rows back from a results dict (e.g. a loaded JSON file)."""
-    names = {f.name for f in Row.__dataclass_fields__.values()}  # type: ignore[attr-defined]
-    return [Row(**{k: v for k, v in d.items() if k in names}) for d in results["rows"]]
 
 
 __all__ = ["Row", "Runner", "run", "rows_of", "INJECT_ENV", "BOS_PROMPT", "INTERLEAVED",

@@ -29,6 +29,8 @@ from ..prompt_cache import DEFAULT_MIB as PROMPT_CACHE_MIB
 from .serve_load import LoadResult, Sample, run_load
 
 CONCURRENCY = (1, 4, 8)
+#: ``specdec bench --gpu``: a device serves wider batches
+GPU_CONCURRENCY = (1, 4, 8, 16)
 #: specdec's drafters measured (its best counts), and llama-server's n-gram modes
 SPECDEC_DRAFTERS = ("ngram", "ngram-map", "suffix")
 #: of those, the ones also measured with ``--adaptive`` (draft length by measured cost)
@@ -89,18 +91,26 @@ class ServerProcess:
 
 
 def _specdec_argv(model: str, port: int, slots: int, *, drafter: Optional[str],
-                  threads: int, adaptive: bool = False) -> List[str]:
+                  threads: int, adaptive: bool = False, n_gpu_layers: int = 0) -> List[str]:
     argv = [sys.executable, "-m", "specdec", "serve", "-m", model, "--port", str(port),
             "--slots", str(slots), "--n-ctx", str(N_CTX), "--threads", str(threads),
             "--n-max", str(N_MAX)]
+    if n_gpu_layers:
+        argv += ["--n-gpu-layers", str(n_gpu_layers)]
     return argv + (["--drafter", drafter] if drafter else []) + (["--adaptive"] if adaptive else [])
 
 
 def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
-                spec_type: Optional[str], threads: int) -> List[str]:
+                spec_type: Optional[str], threads: int, n_gpu_layers: int = 0) -> List[str]:
+    from .llama_tools import cpu_only_flags
+
     argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
             "-np", str(slots), "-c", str(N_CTX * slots), "-t", str(threads), "-tb", str(threads),
             "--no-webui", "--log-disable"]
+    # every layer on the device as on specdec's side (-1: all), else none (a GPU-built
+    # server would offload by default)
+    argv += (["-ngl", "99" if n_gpu_layers < 0 else str(n_gpu_layers)] if n_gpu_layers
+             else list(cpu_only_flags()))
     if spec_type:
         argv += ["--spec-type", spec_type, "--spec-draft-n-max", str(N_MAX)]
     return argv
@@ -119,14 +129,15 @@ def _decoder_pass(dec: Any, prompts: Sequence[str], n_gen: int) -> LoadResult:
 
 
 def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
-        concurrency: Sequence[int] = CONCURRENCY, log: Callable[[str], None] = print
-        ) -> Dict[str, Any]:
+        concurrency: Sequence[int] = CONCURRENCY, log: Callable[[str], None] = print,
+        n_gpu_layers: int = 0) -> Dict[str, Any]:
     """Measure everything; returns the results (also written to ``out_dir/serve.json``).
 
     At each concurrency every server is started, warmed up, and then the servers take
     turns, ``reps`` load passes each in rotating order, so that they share the machine's
     ups and downs; idle servers use no CPU. At concurrency 1 the same passes also run
     through ``Decoder.generate`` in this process (drafter ``HTTP_VS_DECODER``).
+    ``n_gpu_layers``: layers on the device on both sides (``specdec bench --gpu``: -1, all).
     """
     from ..api import Decoder
     from ..models import default_model_path
@@ -139,14 +150,15 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     logf = out_dir / "servers.log"
     argvs: Dict[str, Callable[[int, int], List[str]]] = {}
     for d in (None,) + SPECDEC_DRAFTERS:
-        argvs[f"specdec {d or 'plain'}"] = functools.partial(_specdec_argv, model, drafter=d,
-                                                             threads=threads)
+        argvs[f"specdec {d or 'plain'}"] = functools.partial(
+            _specdec_argv, model, drafter=d, threads=threads, n_gpu_layers=n_gpu_layers)
     for d in SPECDEC_ADAPTIVE:
-        argvs[f"specdec {d} adaptive"] = functools.partial(_specdec_argv, model, drafter=d,
-                                                           threads=threads, adaptive=True)
+        argvs[f"specdec {d} adaptive"] = functools.partial(
+            _specdec_argv, model, drafter=d, threads=threads, adaptive=True,
+            n_gpu_layers=n_gpu_layers)
     for t in (None,) + LLAMA_SPEC_TYPES:
         argvs[f"llama-server {t or 'plain'}"] = functools.partial(
-            _llama_argv, binary, model, spec_type=t, threads=threads)
+            _llama_argv, binary, model, spec_type=t, threads=threads, n_gpu_layers=n_gpu_layers)
     rows: Dict[str, Dict[str, Any]] = {name: {} for name in argvs}
     direct = f"Decoder.generate {HTTP_VS_DECODER}"
     if not concurrency or any(isinstance(c, bool) or not isinstance(c, int) or c < 1
@@ -164,7 +176,8 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             if c == 1:
                 # the server's prompt cache too: the same requests, only not through HTTP
                 dec = Decoder(model, drafter=HTTP_VS_DECODER, n_max=N_MAX, n_ctx=N_CTX,
-                              n_threads=threads, prompt_cache_mib=PROMPT_CACHE_MIB)
+                              n_threads=threads, prompt_cache_mib=PROMPT_CACHE_MIB,
+                              n_gpu_layers=n_gpu_layers)
                 dec.generate(prompts[0], max_tokens=8)
             merged: Dict[str, LoadResult] = {}
             names = list(servers) + ([direct] if dec is not None else [])
@@ -187,7 +200,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             if res.errors:
                 rows[name][str(c)]["error_samples"] = res.errors[:3]
     results: Dict[str, Any] = {"model": Path(model).name, "n_gen": n_gen, "threads": threads,
-                               "machine": machine.describe(threads),
+                               "machine": machine.describe(
+                                   threads, _device() if n_gpu_layers else None),
+                               "n_gpu_layers": n_gpu_layers,
                                "n_max": N_MAX, "reps": reps, "concurrency": list(concurrency),
                                "rows": rows}
     best_specdec = _best(rows, [f"specdec {d}" for d in SPECDEC_DRAFTERS]
@@ -204,6 +219,11 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             "ratio": _ratio(rows, f"specdec {HTTP_VS_DECODER}", direct, "1")}
     (out_dir / "serve.json").write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def _device() -> Optional[str]:
+    from .gpu import device_names
+    return ",".join(device_names()) or None
 
 
 def _best(rows: Dict[str, Any], names: Sequence[str], concurrency: Sequence[int]

@@ -68,6 +68,22 @@ _SIZES: dict[str, Qwen35Dims] = {
         ssm_groups=8,
         ssm_v_heads=8,
     ),
+    # what a ~1.4B model costs on a GPU (the mid size is launch-bound there): 24 layers of
+    # n_embd 2048, 16 linear-attention groups and v heads; ~40 s per file to write
+    "large": Qwen35Dims(
+        n_vocab=32000,
+        n_embd=2048,
+        n_layer=24,
+        n_head=16,
+        n_head_kv=4,
+        head_dim=128,
+        n_rot=32,
+        rope_sections=(6, 5, 5, 0),
+        n_ff=5632,
+        ssm_state=128,
+        ssm_groups=16,
+        ssm_v_heads=16,
+    ),
 }
 
 # qwen35moe replaces each FFN by routed experts plus a gated shared expert
@@ -76,7 +92,7 @@ _MOE: dict[str, dict[str, int]] = {
     "mid": {"n_expert": 8, "n_expert_used": 2, "n_ff_exp": 384, "n_ff_shexp": 384},
 }
 
-_DEFAULT_DTYPE = {"tiny": "f32", "mid": "f16"}
+_DEFAULT_DTYPE = {"tiny": "f32", "mid": "f16", "large": "f16"}
 
 
 def bigram_dims(size: str = "tiny", arch: str = "qwen35") -> Qwen35Dims:
@@ -86,6 +102,8 @@ def bigram_dims(size: str = "tiny", arch: str = "qwen35") -> Qwen35Dims:
     if arch == "qwen35":
         return _SIZES[size]
     if arch in ("qwen35moe", "qwen3next"):    # qwen3next: qwen35moe's shapes, fused ssm_ba
+        if size not in _MOE:
+            raise ValueError(f"arch {arch!r} has sizes {sorted(_MOE)}, not {size!r}")
         return dataclasses.replace(_SIZES[size], **_MOE[size])
     raise ValueError(f"arch must be 'qwen35', 'qwen35moe' or 'qwen3next', got {arch!r}")
 
@@ -156,7 +174,8 @@ def write_bigram_mtp_model(
     """Write a trunk-bigram model with one MTP block that predicts the trunk's next token.
 
     size "tiny": vocab 512, n_embd 128, 4 trunk layers; "mid": vocab 32000,
-    n_embd 1024, 8 trunk layers (~190M params). Every 4th trunk layer is
+    n_embd 1024, 8 trunk layers (~190M params); "large": vocab 32000, n_embd 2048,
+    24 trunk layers (~1.4B params, the cost of a GPU-sized model). Every 4th trunk layer is
     full attention, the others gated delta net. dtype defaults to "f32" for
     tiny and "f16" for mid; "q8_0" is accepted too. The successor map is
     stored under ``specdec.bigram.successor`` so tests can predict greedy output.

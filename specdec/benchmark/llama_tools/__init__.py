@@ -6,9 +6,10 @@ CPU flags: the fair peer for plain decoding (``llama-bench``), greedy output
 ``parse`` reads their output. ``python -m specdec.benchmark.llama_tools build`` builds them
 ahead of time.
 """
-from .build import DEFAULT_TOOLS, ensure_tools, tool, tools_dir
+from .build import (DEFAULT_TOOLS, backend_defines, built, cpu_only_flags, ensure_tools, tool,
+                    tools_dir)
 from .parse import parse_drafts
-from .run import run_bench, run_simple, run_spec_simple
+from .run import run_bench, run_simple, run_simple_timed, run_spec_simple
 
-__all__ = ["DEFAULT_TOOLS", "ensure_tools", "parse_drafts", "run_bench", "run_simple",
-           "run_spec_simple", "tool", "tools_dir"]
+__all__ = ["DEFAULT_TOOLS", "backend_defines", "built", "cpu_only_flags", "ensure_tools", "parse_drafts",
+           "run_bench", "run_simple", "run_simple_timed", "run_spec_simple", "tool", "tools_dir"]

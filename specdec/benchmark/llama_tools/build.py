@@ -56,6 +56,37 @@ CMAKE_DEFINES: dict[str, str] = {
     "GGML_RPC": "ON",  # the RPC cases: the tools' --rpc, as specdec's default build has it
 }
 
+#: the backend options of specdec's build that its peers must share (``backend_defines``)
+BACKEND_KEYS = ("GGML_CUDA", "GGML_VULKAN", "GGML_METAL", "CMAKE_CUDA_ARCHITECTURES",
+                "GGML_CUDA_NO_VMM")
+GPU_BACKENDS = ("GGML_CUDA", "GGML_VULKAN", "GGML_METAL")
+
+
+def backend_defines() -> dict[str, str]:
+    """The GPU backend of specdec's own build, as CMake defines for the peers: a CUDA build of
+    specdec is compared with CUDA builds of llama.cpp's tools (the same architectures). Read
+    from ``specdec/_build_options.py``, which meson writes at configure time; empty for a
+    CPU build (whose peers then keep their flags, hash and cache dir)."""
+    try:
+        from ..._build_options import CMAKE_DEFINES as built
+    except ImportError:        # a build from before the record: treated as CPU
+        return {}
+    if not any(built.get(k) == "ON" for k in GPU_BACKENDS):
+        return {}
+    return {k: v for k, v in built.items() if k in BACKEND_KEYS}
+
+
+def defines() -> dict[str, str]:
+    """Every CMake define of the peers' build: ``CMAKE_DEFINES`` and specdec's backend."""
+    return {**CMAKE_DEFINES, **backend_defines()}
+
+
+def cpu_only_flags() -> tuple[str, ...]:
+    """The tools' flags that keep every layer on the CPU: peers built with a GPU backend
+    offload by default (``-ngl``'s default), specdec does not."""
+    return ("-ngl", "0") if backend_defines() else ()
+
+
 #: tools whose targets exist only with a CMake option the configuration above leaves off;
 #: the option adds targets and changes no binary, so it stays out of the flags hash
 TARGET_OPTIONS: dict[str, str] = {"llama-server": "LLAMA_BUILD_SERVER"}
@@ -65,7 +96,7 @@ STAMP = "stamp.json"
 
 def _flags_hash() -> str:
     """Hash of everything that changes the produced binaries (flags and chosen compilers)."""
-    key = {"defines": CMAKE_DEFINES, "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
+    key = {"defines": defines(), "CC": os.environ.get("CC", ""), "CXX": os.environ.get("CXX", "")}
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -151,6 +182,11 @@ def _built(root: Path, names: Sequence[str]) -> dict[str, Path] | None:
     return out
 
 
+def built(names: Sequence[str]) -> bool:
+    """Whether ``names`` are built, for the current pin and flags, in the cache."""
+    return _built(tools_dir(), tuple(names)) is not None
+
+
 @contextlib.contextmanager
 def locked(root: Path) -> Iterator[None]:
     """Exclusive lock on the cache dir, so concurrent builds do not run ninja on one tree."""
@@ -165,7 +201,7 @@ def locked(root: Path) -> Iterator[None]:
 
 def _configure_args(src: Path, build: Path, options: Sequence[str] = ()) -> list[str]:
     args = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja"]
-    args += [f"-D{k}={v}" for k, v in CMAKE_DEFINES.items()]
+    args += [f"-D{k}={v}" for k, v in defines().items()]
     args += [f"-D{o}=ON" for o in options]
     if shutil.which("ccache"):  # speeds rebuilds; does not change the binaries, so not hashed
         args += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]

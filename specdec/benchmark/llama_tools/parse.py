@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 RE_DECODED = re.compile(r"decoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
 RE_ENCODED = re.compile(r"encoded\s+(\d+) tokens in\s+([\d.]+) seconds, speed:\s+([\d.]+) t/s")
+#: llama_perf_context_print's decode line (the prompt pass is its own "prompt eval time" line)
+RE_EVAL = re.compile(r"(?<!prompt )eval time =\s+([\d.]+) ms /\s+(\d+) runs")
 
 
 

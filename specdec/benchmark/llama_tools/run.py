@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .build import tool
-from .parse import (RE_DECODED, RE_ENCODED, after_prompt, flag_value, parse_drafts, stat,
+from .parse import (RE_DECODED, RE_ENCODED, RE_EVAL, after_prompt, flag_value, parse_drafts, stat,
                     summary_complete)
 
 # llama-simple takes its prompt as one argv element; Linux caps a single
@@ -28,15 +28,16 @@ def check(res: subprocess.CompletedProcess[bytes], cmd: Sequence[str]) -> None:
         raise RuntimeError(f"{Path(cmd[0]).name} failed with rc={res.returncode}:\n{tail}")
 
 
-def run_simple(
+def _simple(
     model: str | os.PathLike[str],
     prompt: str,
     n_predict: int,
     *,
     threads: int = 2,
     extra: Sequence[str] = (),
-) -> str:
-    """Greedy continuation of ``prompt`` by ``llama-simple``; returns only the generated text.
+    echo: str | None = None,
+) -> tuple[str, str]:
+    """Greedy continuation of ``prompt`` by ``llama-simple``: the generated text and the log.
 
     What llama-simple (examples/simple/simple.cpp at the pin) does, so that our
     side can reproduce it exactly:
@@ -85,7 +86,34 @@ def run_simple(
     check(res, cmd)
     out = res.stdout.decode(errors="replace")
     out = out[:-1] if out.endswith("\n") else out  # the final printf("\n")
-    return after_prompt(out, prompt, "llama-simple")
+    return after_prompt(out, echo if echo is not None else prompt, "llama-simple"), res.stderr.decode(errors="replace")
+
+
+def run_simple(model: str | os.PathLike[str], prompt: str, n_predict: int, *, threads: int = 2,
+               extra: Sequence[str] = ()) -> str:
+    """Greedy continuation of ``prompt`` by ``llama-simple``: the generated text only (see
+    :func:`_simple` for exactly what the tool does)."""
+    return _simple(model, prompt, n_predict, threads=threads, extra=extra)[0]
+
+
+def run_simple_timed(model: str | os.PathLike[str], prompt: str, n_predict: int, *,
+                     threads: int = 2, extra: Sequence[str] = (),
+                     echo: str | None = None) -> dict[str, Any]:
+    """``llama-simple``'s greedy generation, timed as specdec's decode rate is: its
+    ``llama_perf_context_print`` "eval time" line, the single-token decodes after the prompt
+    pass (each with the greedy sampler's argmax over the vocabulary, as specdec's plain
+    decoding does; llama-bench samples nothing). ``echo``: the prompt as the tool prints it
+    back, when the vocabulary does not round-trip text. Returns ``text``, ``tok_s`` and
+    ``n_eval`` (decodes timed)."""
+    text, log = _simple(model, prompt, n_predict, threads=threads, extra=extra,
+                        echo=echo)
+    m = RE_EVAL.search(log)
+    if m is None:
+        raise RuntimeError(f"llama-simple printed no eval timing:\n{log[-2000:]}")
+    ms, runs = float(m.group(1)), int(m.group(2))
+    if runs < 1 or ms <= 0:
+        raise RuntimeError(f"llama-simple timed no decode ({m.group(0).strip()})")
+    return {"text": text, "tok_s": runs / ms * 1000.0, "n_eval": runs}
 
 
 def run_bench(model: str | os.PathLike[str], *, n_gen: int = 128, threads: int = 2,
