@@ -94,9 +94,13 @@ def test_peers_are_built_with_specdecs_backend(monkeypatch):
     assert b.backend_defines() == {} and b._flags_hash() == cpu_hash
     assert b.cpu_only_flags() == ()
     record.CMAKE_DEFINES = {"GGML_NATIVE": "ON", "GGML_RPC": "ON", "GGML_CUDA": "ON",
-                            "GGML_VULKAN": "OFF", "CMAKE_CUDA_ARCHITECTURES": "90"}
+                            "GGML_VULKAN": "OFF", "CMAKE_CUDA_ARCHITECTURES": "90",
+                            "CUDA_cublas_LIBRARY": "/w/nvidia/cublas/lib/libcublas.so.13",
+                            "CMAKE_CUDA_FLAGS": "-I/w/nvidia/cuda_runtime/include"}
     assert b.backend_defines() == {"GGML_CUDA": "ON", "GGML_VULKAN": "OFF",
-                                   "CMAKE_CUDA_ARCHITECTURES": "90"}
+                                   "CMAKE_CUDA_ARCHITECTURES": "90",
+                                   "CUDA_cublas_LIBRARY": "/w/nvidia/cublas/lib/libcublas.so.13",
+                                   "CMAKE_CUDA_FLAGS": "-I/w/nvidia/cuda_runtime/include"}
     args = b._configure_args(b.Path("/src"), b.Path("/build"))
     assert "-DGGML_CUDA=ON" in args and "-DCMAKE_CUDA_ARCHITECTURES=90" in args
     assert b._flags_hash() != cpu_hash                # CUDA peers get a cache dir of their own

@@ -56,9 +56,10 @@ CMAKE_DEFINES: dict[str, str] = {
     "GGML_RPC": "ON",  # the RPC cases: the tools' --rpc, as specdec's default build has it
 }
 
-#: the backend options of specdec's build that its peers must share (``backend_defines``)
-BACKEND_KEYS = ("GGML_CUDA", "GGML_VULKAN", "GGML_METAL", "CMAKE_CUDA_ARCHITECTURES",
-                "GGML_CUDA_NO_VMM")
+#: the backend options of specdec's build that its peers must share (``backend_defines``):
+#: the GPU backends' switches and options, CUDA's architectures and flags, and the CUDA
+#: libraries the build found in NVIDIA's wheels (``CUDA_<lib>_LIBRARY``)
+BACKEND_PREFIXES = ("GGML_CUDA", "GGML_VULKAN", "GGML_METAL", "CMAKE_CUDA", "CUDA_")
 GPU_BACKENDS = ("GGML_CUDA", "GGML_VULKAN", "GGML_METAL")
 
 
@@ -73,7 +74,7 @@ def backend_defines() -> dict[str, str]:
         return {}
     if not any(built.get(k) == "ON" for k in GPU_BACKENDS):
         return {}
-    return {k: v for k, v in built.items() if k in BACKEND_KEYS}
+    return {k: v for k, v in built.items() if k.startswith(BACKEND_PREFIXES)}
 
 
 def defines() -> dict[str, str]:
