@@ -188,49 +188,44 @@ class Runner:
         """llama.cpp's ``-ngl`` for ``n_gpu_layers`` (-1, every layer: 99)."""
         return "99" if self.n_gpu_layers < 0 else str(self.n_gpu_layers)
 
+    def _placed(self, case: Case, placement: Dict[str, Any], flags: Sequence[str]) -> List[Row]:
+        """Run ``case`` with its layers placed so on specdec's side and so in the tools'
+        flags; afterwards the models are freed (remote memory while its servers still run)."""
+        self._placement, self._peer_flags = placement, tuple(flags)
+        try:
+            return self._run_case_here(case)
+        finally:
+            self._placement, self._peer_flags = {}, ()
+            gc.collect()
+
     def _run_case(self, case: Case) -> List[Row]:
+        from ..testing.local_rpc import LocalRpcServers
+
         if case.rpc_delay_ms is None and self.device_rpc:
-            from ..testing.local_rpc import LocalRpcServers
             # as in the RPC cases: the tools get a server of their own (one client each)
             with LocalRpcServers(1, threads=self.threads) as ours, \
                     LocalRpcServers(1, threads=self.threads) as theirs:
-                self._placement = {"n_gpu_layers": self.n_gpu_layers,
-                                   "rpc_servers": ours.endpoints}
-                self._peer_flags = ("--rpc", theirs.endpoints, "-ngl", self._ngl_flag())
                 self.log(f"{case.name}: a local RPC server stands in for the device "
                          f"({ours.endpoints}; llama.cpp's tools: {theirs.endpoints})")
-                try:
-                    return self._run_case_here(case)
-                finally:
-                    self._placement, self._peer_flags = {}, ()
-                    gc.collect()
+                return self._placed(case, {"n_gpu_layers": self.n_gpu_layers,
+                                           "rpc_servers": ours.endpoints},
+                                    ("--rpc", theirs.endpoints, "-ngl", self._ngl_flag()))
         if case.rpc_delay_ms is None:
             if self.n_gpu_layers:
-                self._placement = {"n_gpu_layers": self.n_gpu_layers}
-                self._peer_flags = ("-ngl", self._ngl_flag())
-            else:
-                # peers built with a GPU backend would offload by default (-ngl's default)
-                self._peer_flags = llama_tools.cpu_only_flags()
-            try:
-                return self._run_case_here(case)
-            finally:
-                self._placement, self._peer_flags = {}, ()
-        from ..testing.local_rpc import LocalRpcServers
+                return self._placed(case, {"n_gpu_layers": self.n_gpu_layers},
+                                    ("-ngl", self._ngl_flag()))
+            # peers built with a GPU backend would offload by default (-ngl's default)
+            return self._placed(case, {}, llama_tools.cpu_only_flags())
         # a llama.cpp RPC server serves one client at a time, and a client process keeps its
         # connection until it exits: the llama.cpp tools get servers of their own, or they
         # would wait forever behind this process's connection
         with LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as ours, \
                 LocalRpcServers(2, threads=self.threads, delay_ms=case.rpc_delay_ms) as peers:
             # every layer remote on both sides (llama.cpp splits them by the devices' memory)
-            self._placement = {"n_gpu_layers": -1, "rpc_servers": ours.endpoints}
-            self._peer_flags = ("--rpc", peers.endpoints, "-ngl", "99")
             self.log(f"{case.name}: 2 local RPC servers, {case.rpc_delay_ms:g} ms one-way delay "
                      f"({ours.endpoints}; llama.cpp's tools: {peers.endpoints})")
-            try:
-                return self._run_case_here(case)
-            finally:
-                self._placement, self._peer_flags = {}, ()
-                gc.collect()     # remote memory is freed while its servers still run
+            return self._placed(case, {"n_gpu_layers": -1, "rpc_servers": ours.endpoints},
+                                ("--rpc", peers.endpoints, "-ngl", "99"))
 
     def _run_case_here(self, case: Case) -> List[Row]:
         target = self.models.target(case)
