@@ -58,4 +58,4 @@ def test_the_blocks_are_found_and_few_are_skipped():
     marks = [i for i, line in enumerate(lines, 1) if line.startswith("<!-- readme-test:")]
     assert sorted(b.line - 1 for b in skipped) == marks
     # every block is Python, shell, or a config format that has nothing to run
-    assert {b.lang for b in all_} <= {"python", "bash", "toml", ""}
+    assert {b.lang for b in all_} <= {"python", "bash", "toml", "yaml", ""}
