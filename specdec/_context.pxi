@@ -526,6 +526,7 @@ cdef class Context:
             raise DecodeError(f"llama_decode failed ({rc})" + (f": {why_s}" if why_s else ""))
         self._lazy = _lazy_head_finish(self._head, n_out, self.n_vocab) == 1
         self._last_n_tokens = n
+        self.n_decodes += 1
         self._layer_inp_ok = not self._layer_inp.empty()
         self._out_row.resize(n)
         k = 0
@@ -688,6 +689,7 @@ cdef class Context:
             raise DecodeError(f"llama_encode failed ({rc})" + (f": {why_s}" if why_s else ""))
         self._last_n_tokens = n
         self._out_row.assign(n, -1)     # hidden rows only, no logits
+        self.n_encodes += 1
         return 0
 
     def encode(self, Batch batch not None):

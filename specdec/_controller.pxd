@@ -9,7 +9,7 @@ from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, N_PARTS
 from ._output cimport TextOutput
 from ._verify cimport Verifier
-from .drafters._base cimport Draft
+from .drafters._base cimport Draft, Asks
 
 
 cdef enum DraftKind:
@@ -41,6 +41,8 @@ cdef class _Seq:
     cdef DraftKind kind
     cdef int proposer
     cdef int row0            # batch index of ``last`` in the current verify batch (-1: none)
+    cdef int k_want, k_cap   # this round: drafts the policy wants, and the cap asked for
+    cdef double p_stop       # this round: the policy's confidence floor for the drafter
     cdef int k               # drafts in the current verify batch
     cdef int n_pad           # throw-away rows after them (exact mode)
     cdef double t_asked      # time spent drafting this round (catch-up left out)
@@ -80,7 +82,7 @@ cdef class Controller:
     cdef Verifier verifier
     cdef BatchCost batch_cost    # each sequence's part of a verify batch's time, for its policy
     cdef Clock clock
-    cdef double t_sync       # of the last _propose: drafters catching up, not drafting
+    cdef Asks asks           # one drafter's asks of the round being drafted
     cdef vector[int32_t] scratch
     cdef dict defaults       # request settings of the constructor, for ``start``
     cdef readonly bint isolate   # a drafter error ends its sequence only (else it is raised)
@@ -98,7 +100,7 @@ cdef class Controller:
     cdef int _save_window(self, _Seq s) except -1
     cdef int _prefill_chunk(self, _Seq s, int budget) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
-    cdef int _propose(self, _Seq s, int k_cap) except -1
+    cdef int _propose(self, list seqs) except -1
     cdef int _pad(self, list batch_seqs) except -1
     cdef int _shared_head(self, list in_batch) except -1
     cdef list _decode_groups(self, list seqs, bint redo)

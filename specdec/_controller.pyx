@@ -41,7 +41,7 @@ from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
 from ._verify cimport Verifier
-from .drafters._base cimport Drafter, Draft
+from .drafters._base cimport Drafter, Draft, Asks
 
 
 def new_policy(int n_max, bint adaptive=False) -> DraftPolicy:
@@ -150,6 +150,7 @@ cdef class Controller:
             policy=policy if policy is not None and policy.n_max == n_max
             and policy.adaptive == adaptive else new_policy(n_max, adaptive))
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
+        self.asks = Asks()
         self.seqs = []
         cdef _Seq s
         for i in range(ctx.n_seq_max):
@@ -498,35 +499,70 @@ cdef class Controller:
             s.pen.push(tok)
         return s.out.push(tok, self.ctx.logits_c(row) if s.out.n_top >= 0 else NULL)
 
-    cdef int _propose(self, _Seq s, int k_cap) except -1:
-        """Ask the sequence's drafters in turn; ``t_sync`` gets the time they spent catching up."""
+    cdef int _propose(self, list seqs) except -1:
+        """Draft for every sequence of the round that asks for a draft (``k_cap > 0``): each
+        drafter is called once (``propose_batch_c``) with all the sequences it is asked by,
+        so a drafter with a model decodes them together; a sequence whose drafter gave less
+        than ``n_min`` tokens asks its next drafter, again all such sequences together. Each
+        sequence is charged an equal part of its calls' time, their catch-up left out
+        (``t_asked``). Under ``isolate`` a failed draft ends its sequence (``FAILED``)."""
+        cdef _Seq s
         cdef Drafter d
-        cdef int i
-        s.draft.clear()
-        s.kind = NO_DRAFT
-        self.t_sync = 0.0
-        if k_cap <= 0:
-            return 0
-        for i in range(s.n_drafters):
-            d = <Drafter> s.drafters[i]
-            d.t_sync = 0.0
-            d.p_stop = s.policy.p_stop()
-            d.propose_c(s.id, s.last, k_cap, s.draft)
-            self.t_sync += d.t_sync
-            if <int>s.draft.tokens.size() > k_cap:
-                s.draft.tokens.resize(k_cap)
-            if <int>s.draft.tokens.size() >= (s.n_min if s.n_min > 0 else 1):
-                s.kind = DRAFTED
-                s.proposer = i
-                return 0
+        cdef Asks asks = self.asks
+        cdef int j, n, level = 0
+        cdef double t0, share
+        cdef list pending = [], group
+        cdef dict groups
+        for s in seqs:
             s.draft.clear()
+            s.kind = NO_DRAFT
+            s.t_asked = 0.0
+            if s.k_cap > 0 and s.n_drafters > 0:
+                pending.append(s)
+        while pending:
+            groups = {}
+            for s in pending:
+                if level < s.n_drafters:
+                    groups.setdefault(id(s.drafters[level]), []).append(s)
+            pending = []
+            for group in groups.values():
+                d = <Drafter> (<_Seq> group[0]).drafters[level]
+                asks.clear()
+                asks.isolate = self.isolate
+                for s in group:
+                    asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
+                t0 = now()
+                try:
+                    d.propose_batch_c(asks)
+                finally:
+                    n = len(group)
+                    share = max(0.0, now() - t0 - asks.t_sync) / n
+                    asks.drafts = []
+                for j in range(n):
+                    s = <_Seq> group[j]
+                    s.t_asked += share
+                    if asks.errors[j] is not None:
+                        # nothing of this round reached the target yet: the others go on
+                        s.draft.clear()
+                        s.out.set_finish(FAILED)
+                        self.errors[s.id] = asks.errors[j]
+                        continue
+                    if <int>s.draft.tokens.size() > s.k_cap:
+                        s.draft.tokens.resize(s.k_cap)
+                    if <int>s.draft.tokens.size() >= (s.n_min if s.n_min > 0 else 1):
+                        s.kind = DRAFTED
+                        s.proposer = level
+                    else:
+                        s.draft.clear()
+                        pending.append(s)
+            level += 1
         return 0
 
     def step(self) -> int:
         """One round for every running sequence; returns how many are still running."""
         cdef _Seq s
-        cdef int i, k_cap, k_want, rows = 0, alive = 0
-        cdef double t1, t0 = now()
+        cdef int i, rows = 0, alive = 0
+        cdef double t0 = now()
         cdef double part0[5]
         self.clock.mark = t0          # the caller's time between rounds is not generation time
         for i in range(N_PARTS):
@@ -540,43 +576,34 @@ cdef class Controller:
                 continue
             if s.rounds == 0:
                 s.policy.begin_request()
-            k_want = s.policy.cap()
-            k_cap = min(k_want,
-                        s.out.max_tokens - s.out.n_tokens,
-                        self.n_ctx_seq - s.n_past - 1,
-                        self.max_rows - rows - 1)
+            s.k_want = s.policy.cap()
+            s.k_cap = min(s.k_want,
+                          s.out.max_tokens - s.out.n_tokens,
+                          self.n_ctx_seq - s.n_past - 1,
+                          self.max_rows - rows - 1)
             if self.rs_cap >= 0:
-                k_cap = min(k_cap, self.rs_cap)
-            lap(&self.clock, T_CONTROL)
-            if self.isolate:
-                try:
-                    self._propose(s, k_cap)
-                except Exception as e:
-                    # nothing of this round reached the target yet: the others go on
-                    s.draft.clear()
-                    s.out.set_finish(FAILED)
-                    self.errors[s.id] = e
-                    lap(&self.clock, T_DRAFT)
-                    continue
-            else:
-                self._propose(s, k_cap)
-            t1 = lap(&self.clock, T_DRAFT)
+                s.k_cap = min(s.k_cap, self.rs_cap)
+            s.p_stop = s.policy.p_stop()
+            rows += max(s.k_cap, 0) + 1
+            in_batch.append(s)
+        lap(&self.clock, T_CONTROL)
+        self._propose(in_batch)
+        lap(&self.clock, T_DRAFT)
+        in_batch = [s for s in in_batch if s.out.finish == RUNNING]
+        for s in in_batch:
             # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
             # without drafts is not a cost of drafting this round (it would stop the drafts
             # for good: the longer the pause, the dearer the next draft would look)
-            if k_cap == k_want:
-                s.policy.observe_draft_time(k_cap, t1 - self.t_sync)
-            s.k = s.policy.choose(s.draft.tokens.size(), t1 - self.t_sync)
-            s.t_asked = t1 - self.t_sync
+            if s.k_cap == s.k_want:
+                s.policy.observe_draft_time(s.k_cap, s.t_asked)
+            s.k = s.policy.choose(s.draft.tokens.size(), s.t_asked)
             s.pred_e = s.policy.predicted_tokens
-            s.pred_t = s.policy.predicted_time if k_cap > 0 else 0.0   # no drafter asked: no sample
+            s.pred_t = s.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
                 s.draft.tokens.resize(s.k)
                 if s.k == 0:
                     s.kind = NO_DRAFT
             s.n_pad = 0
-            rows += s.k + 1
-            in_batch.append(s)
         if not in_batch:
             lap(&self.clock, T_CONTROL)
             self.t_gen += self.clock.mark - t0

@@ -105,6 +105,8 @@ cdef class Context:
     cdef bint _layer_inp_ok     # the last decode made them (False until one has)
     cdef int _n_feat            # DFlash drafts: width of a feature row (target layers x n_embd)
     cdef readonly bint causal_attn   # False: every row attends to the whole sequence (DFlash)
+    cdef readonly long long n_decodes  # decodes run (how a drafter batches is counted by them)
+    cdef readonly long long n_encodes  # encoder calls run (EAGLE-3)
 
     cdef int _enter(self) except -1
     cdef void _leave(self) noexcept

@@ -139,6 +139,8 @@ class Context:
     invariant_rows: int
     other: Optional["Context"]
     causal_attn: bool
+    n_decodes: int
+    n_encodes: int
     backends: List[str]
     swa_full: bool
     kv_unified: bool

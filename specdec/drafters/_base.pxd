@@ -15,6 +15,23 @@ cdef class Draft:
     cdef void clear(self) noexcept nogil
 
 
+cdef class Asks:
+    """One round's draft requests to one drafter: per sequence its last token, cap and
+    confidence floor, and the Draft its answer goes into."""
+    cdef vector[int] seq
+    cdef vector[int32_t] last
+    cdef vector[int] n_max
+    cdef vector[double] p_stop
+    cdef list drafts                # Draft per ask
+    cdef list errors                # per ask: None, or what failed its draft (``isolate``)
+    cdef bint isolate               # an error fails its asks only (else it is raised)
+    cdef double t_sync              # seconds the drafter spent catching up, not drafting
+    cdef int n(self) noexcept
+    cdef int clear(self) except -1
+    cdef int add(self, int seq, int32_t last, int n_max, double p_stop, Draft out) except -1
+    cdef int fail(self, int j, object e) except -1
+
+
 cdef class TokenHistory:
     """One sequence's tokens; Python reads them through read-only buffer views."""
     cdef vector[int32_t] v
@@ -32,7 +49,7 @@ cdef class Drafter:
     cdef bint _p_min_given              # p_min was given to the drafter: configure keeps it
     cdef public object n_gpu_layers     # a drafter's own model: its layers on devices (has_model)
     cdef readonly int observe_row       # during observe: the batch row of its first token, else -1
-    cdef bint _py_begin, _py_observe, _py_propose, _py_accept, _py_reset
+    cdef bint _py_begin, _py_observe, _py_propose, _py_accept, _py_reset, _py_propose_batch
     cdef double p_stop                  # this round: the adaptive policy's confidence floor
                                         # (drafters that know their draft's probability
                                         # stop below max(p_min, p_stop); 0: none)
@@ -53,6 +70,7 @@ cdef class Drafter:
     cdef int begin_c(self, int seq, const int32_t * toks, int n) except -1
     cdef int observe_c(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef int propose_c(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int propose_batch_c(self, Asks asks) except -1
     cdef int accept_c(self, int seq, int n_accepted) except -1
     cdef int reset_c(self, int seq) except -1
 
@@ -60,5 +78,6 @@ cdef class Drafter:
     cdef int _begin(self, int seq, const int32_t * toks, int n) except -1
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int _propose_batch(self, Asks asks) except -1
     cdef int _accept(self, int seq, int n_accepted) except -1
     cdef int _reset(self, int seq) except -1

@@ -10,6 +10,10 @@ Lifecycle (llama.cpp's ``common_speculative`` begin/draft/accept, vLLM's propose
 * ``observe(seq, tokens)``: every token that enters the target's memory: the prompt
   chunks as they are decoded, then each round's accepted run (already in ``history``);
 * ``propose(seq, last_token, n_max) -> tokens`` (or ``(tokens, probs)``): the draft;
+* ``propose_batch(seqs, last_tokens, n_maxs) -> [answer, ...]``: the drafts of every
+  sequence of a round that asks this drafter, in one call (the controller calls this,
+  once per round). The default asks ``propose`` for each in turn; a drafter with a model
+  of its own drafts them all with one decode per draft step (one row per sequence);
 * ``accept(seq, n_accepted)``: how many of the last draft the target kept;
 * ``reset(seq)``: forget the sequence.
 
@@ -28,9 +32,11 @@ drafter (it never probes for attributes):
 **Dispatch rule: a Python override is always honoured.** The controller calls the C
 hooks (``begin_c`` ... ``reset_c``), which only this class defines. Each checks once, at
 construction and again at ``bind``, whether the object's class overrides the plain
-Python method (``begin``, ``observe``, ``propose``, ``accept``, ``reset``); if it does,
-the hook calls the override (and checks what ``propose`` returns), else it runs the
-drafter's C implementation (``_begin`` ... ``_reset``) without entering Python. The
+Python method (``begin``, ``observe``, ``propose``, ``propose_batch``, ``accept``,
+``reset``); if it does, the hook calls the override (and checks what ``propose`` and
+``propose_batch`` return), else it runs the drafter's C implementation (``_begin`` ...
+``_reset``) without entering Python. A ``propose`` override without a ``propose_batch``
+one is asked once per sequence (the batch hook then loops over it). The
 plain methods of the base run that C implementation, so an override of a built-in
 may call ``super().propose(...)`` and change its answer. A built-in drafter without
 Python overrides therefore costs no Python in a round.
@@ -79,6 +85,44 @@ cdef class Draft:
         probs = [{self.q_ids[j]: self.q_probs[j] for j in range(self.q_off[i], self.q_off[i + 1])}
                  for i in range(<int>self.tokens.size())]
         return toks, probs
+
+
+cdef class Asks:
+    """The sequences of one round that ask one drafter for a draft (``propose_batch_c``)."""
+
+    def __cinit__(self):
+        self.drafts = []
+        self.errors = []
+
+    cdef int n(self) noexcept:
+        return self.seq.size()
+
+    cdef int clear(self) except -1:
+        self.seq.clear()
+        self.last.clear()
+        self.n_max.clear()
+        self.p_stop.clear()
+        self.drafts = []
+        self.errors = []
+        self.t_sync = 0.0
+        return 0
+
+    cdef int add(self, int seq, int32_t last, int n_max, double p_stop, Draft out) except -1:
+        self.seq.push_back(seq)
+        self.last.push_back(last)
+        self.n_max.push_back(n_max)
+        self.p_stop.push_back(p_stop)
+        self.drafts.append(out)
+        self.errors.append(None)
+        return 0
+
+    cdef int fail(self, int j, object e) except -1:
+        """Ask ``j`` failed with ``e``: raised, or kept for the controller (``isolate``)."""
+        if not self.isolate:
+            raise e
+        (<Draft> self.drafts[j]).clear()
+        self.errors[j] = e
+        return 0
 
 
 cdef int32_t _NO_TOKENS = 0
@@ -156,6 +200,7 @@ cdef class Drafter:
         self._py_propose = t.propose is not Drafter.propose
         self._py_accept = t.accept is not Drafter.accept
         self._py_reset = t.reset is not Drafter.reset
+        self._py_propose_batch = t.propose_batch is not Drafter.propose_batch
         return 0
 
     # --- the history -------------------------------------------------------------------
@@ -254,6 +299,51 @@ cdef class Drafter:
             self._propose(seq, last, n_max, out)
         return 0
 
+    cdef int propose_batch_c(self, Asks asks) except -1:
+        """Every ask's draft into its ``Draft``: a Python ``propose_batch`` override if there
+        is one, else a ``propose`` override per ask, else the C ``_propose_batch``."""
+        cdef int j, n = asks.n()
+        cdef Draft out
+        for out in asks.drafts:
+            out.clear()
+        if n == 0:
+            return 0
+        if self._py_propose_batch:
+            try:
+                res = self._call("propose_batch", [asks.seq[j] for j in range(n)],
+                                 [int(asks.last[j]) for j in range(n)],
+                                 [asks.n_max[j] for j in range(n)])
+                if isinstance(res, (str, bytes)) or not hasattr(res, "__len__") \
+                        or len(res) != n:
+                    raise DrafterError(f"drafter {self.name!r}: propose_batch must return one "
+                                       f"answer per sequence ({n}), got {res!r:.80}")
+                for j in range(n):
+                    _fill_draft(<Draft> asks.drafts[j], res[j], asks.n_max[j], self.n_vocab,
+                                self.name)
+            except Exception as e:
+                for j in range(n):
+                    asks.fail(j, e)
+        elif self._py_propose:
+            for j in range(n):
+                self.p_stop = asks.p_stop[j]
+                self.t_sync = 0.0
+                try:
+                    self.propose_c(asks.seq[j], asks.last[j], asks.n_max[j],
+                                   <Draft> asks.drafts[j])
+                except Exception as e:
+                    asks.fail(j, e)
+                asks.t_sync += self.t_sync
+        else:
+            self.t_sync = 0.0
+            try:
+                self._propose_batch(asks)
+            except Exception as e:
+                for j in range(n):
+                    if asks.errors[j] is None:
+                        asks.fail(j, e)
+            asks.t_sync += self.t_sync
+        return 0
+
     cdef int accept_c(self, int seq, int n_accepted) except -1:
         if self._py_accept:
             self._call("accept", seq, n_accepted)
@@ -282,6 +372,22 @@ cdef class Drafter:
 
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
         raise NotImplementedError(f"{type(self).__name__} must implement propose()")
+
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """The default: ``_propose`` for each ask in turn (an error fails its own ask only,
+        under ``isolate``). Drafters with a model draft every ask in one decode per step."""
+        cdef int j
+        cdef double t_sync = 0.0
+        for j in range(asks.n()):
+            self.p_stop = asks.p_stop[j]
+            self.t_sync = 0.0
+            try:
+                self._propose(asks.seq[j], asks.last[j], asks.n_max[j], <Draft> asks.drafts[j])
+            except Exception as e:
+                asks.fail(j, e)
+            t_sync += self.t_sync
+        self.t_sync = t_sync
+        return 0
 
     cdef int _accept(self, int seq, int n_accepted) except -1:
         return 0
@@ -380,6 +486,28 @@ cdef class Drafter:
         self._propose(seq, last_token, n_max, out)
         return out.answer()
 
+    def propose_batch(self, seqs, last_tokens, n_maxs):
+        """The drafts of ``seqs`` (one round's sequences that ask this drafter), each
+        following its ``last_tokens[i]`` and at most ``n_maxs[i]`` long: a list with one
+        answer per sequence, as ``propose`` returns it. The base drafts them as the
+        drafter's C implementation does (one decode per draft step for all of them, for the
+        drafters with a model); an override may call it and change the answers."""
+        if not len(seqs) == len(last_tokens) == len(n_maxs):
+            raise ValueError(f"propose_batch takes one last token and one n_max per sequence: "
+                             f"{len(seqs)} sequences, {len(last_tokens)} tokens, "
+                             f"{len(n_maxs)} caps")
+        cdef Asks asks = Asks()
+        cdef int j
+        for j in range(len(seqs)):
+            self._grow(seqs[j])
+            asks.add(seqs[j], last_tokens[j], n_maxs[j], 0.0, Draft())
+        if self._py_propose:        # a Python propose: asked for each (and checked)
+            for j in range(asks.n()):
+                self.propose_c(asks.seq[j], asks.last[j], asks.n_max[j], <Draft> asks.drafts[j])
+        else:
+            self._propose_batch(asks)
+        return [(<Draft> d).answer() for d in asks.drafts]
+
     def accept(self, seq, n_accepted):
         """The target kept the first ``n_accepted`` tokens of the last draft."""
         self._accept(seq, n_accepted)
@@ -398,83 +526,7 @@ cdef class Drafter:
         return np.frombuffer(self._hists[seq], dtype=np.int32)
 
 
-cdef _fill_draft(Draft out, res, int n_max, int n_vocab, str name):
-    """Check a Python drafter's answer and copy it into ``out``."""
-    out.clear()
-    probs = None
-    if res is None:
-        return
-    if isinstance(res, tuple) and len(res) == 2 and not isinstance(res[0], numbers.Integral):
-        res, probs = res
-    if isinstance(res, (str, bytes)) or not hasattr(res, "__len__"):
-        raise DrafterError(f"drafter {name!r} must return a sequence of token ids, "
-                           f"got {type(res).__name__}")
-    try:
-        len(res)
-        if probs is not None:
-            len(probs)
-    except TypeError as e:   # a 0-d array, an object with a broken __len__
-        raise DrafterError(f"drafter {name!r} returned an unsized answer: {e}") from None
-    if len(res) > n_max:
-        raise DrafterError(f"drafter {name!r} returned {len(res)} tokens, more than n_max={n_max}")
-    cdef int32_t t
-    for x in res:
-        if isinstance(x, bool) or not isinstance(x, numbers.Integral):
-            raise DrafterError(f"drafter {name!r} returned a non-integer token {x!r}")
-        if x < 0 or x >= n_vocab:
-            raise DrafterError(f"drafter {name!r} returned token id {x} outside [0, {n_vocab})")
-        t = x
-        out.tokens.push_back(t)
-    if probs is None:
-        return
-    if len(probs) != len(res):
-        raise DrafterError(f"drafter {name!r} returned {len(probs)} distributions for "
-                           f"{len(res)} tokens")
-    cdef int i
-    for i, q in enumerate(probs):
-        if isinstance(q, dict):
-            items = list(q.items())
-        else:
-            try:
-                arr = np.asarray(q, dtype=np.float64).reshape(-1)
-            except (TypeError, ValueError) as e:
-                raise DrafterError(f"drafter {name!r}: distribution {i} is not an array of "
-                                   f"numbers: {e}") from None
-            if arr.shape[0] != n_vocab:
-                raise DrafterError(f"drafter {name!r}: distribution {i} has {arr.shape[0]} "
-                                   f"entries, expected {n_vocab}")
-            nz = np.flatnonzero(arr)
-            items = list(zip(nz.tolist(), arr[nz].tolist()))
-        total = 0.0
-        for tok, p in items:
-            if isinstance(tok, bool) or not isinstance(tok, numbers.Integral) or not 0 <= tok < n_vocab:
-                raise DrafterError(f"drafter {name!r}: distribution {i} has bad token id {tok!r}")
-            if not isinstance(p, numbers.Real) or not math.isfinite(p) or p < 0:
-                raise DrafterError(f"drafter {name!r}: distribution {i} has probability {p!r}")
-            total += p
-        if not total > 0:
-            raise DrafterError(f"drafter {name!r}: distribution {i} is all zero")
-        for tok, p in items:
-            if p > 0:
-                out.q_ids.push_back(tok)
-                out.q_probs.push_back(p / total)
-        out.q_off.push_back(out.q_ids.size())
-    out.has_probs = True
-    # the draft token must have non-zero draft probability: it was drawn from q
-    for i in range(<int>out.tokens.size()):
-        found = False
-        for j in range(out.q_off[i], out.q_off[i + 1]):
-            if out.q_ids[j] == out.tokens[i]:
-                found = True
-                break
-        if not found:
-            raise DrafterError(f"drafter {name!r}: token {out.tokens[i]} at position {i} has "
-                               "zero draft probability")
-
-
-def check_draft(res, int n_max, int n_vocab, str name="drafter"):
-    """Check a Python drafter's answer as the controller does; raises ``DrafterError``."""
-    _fill_draft(Draft(), res, n_max, n_vocab, name)
+include "_answer.pxi"
 
 
 # Python entry points to the C hooks (with the dispatch rule), for tools and tests that drive
@@ -495,6 +547,19 @@ def run_propose(Drafter d not None, int seq, int last, int n_max) -> list:
     cdef Draft out = Draft()
     d.propose_c(seq, last, n_max, out)
     return out.token_list
+
+
+def run_propose_batch(Drafter d not None, seqs, lasts, n_maxs) -> list:
+    """The drafts of ``seqs`` as the controller asks for them (one batch hook call)."""
+    cdef Asks asks = Asks()
+    cdef int j
+    if not len(seqs) == len(lasts) == len(n_maxs):
+        raise ValueError("one last token and one n_max per sequence")
+    for j in range(len(seqs)):
+        d._grow(seqs[j])
+        asks.add(seqs[j], lasts[j], n_maxs[j], 0.0, Draft())
+    d.propose_batch_c(asks)
+    return [(<Draft> x).token_list for x in asks.drafts]
 
 
 def run_accept(Drafter d not None, int seq, int n_accepted):

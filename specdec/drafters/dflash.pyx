@@ -20,6 +20,11 @@ Per round and sequence:
 * ``propose`` writes the waiting features into the KV (chunks of ``n_ubatch`` rows, since
   non-causal decodes take no more), then decodes the block.
 
+Several sequences drafting in one round (``propose_batch``) share the feature decode
+(their waiting rows together) and the block decode (every sequence's block, as long as
+they are equally long and fit one ubatch: llama.cpp may split a batch of several KV
+streams by sequence, and a block cut across ubatches would not see its own rows).
+
 Tokens that entered the target without rows to read (a reused prompt prefix) get zero
 features, as the EAGLE-3 drafter does.
 """
@@ -30,7 +35,7 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax, prob_at_least
 from .._timing cimport now
-from ._base cimport Drafter, Draft
+from ._base cimport Drafter, Draft, Asks
 from .._gguf_check import parse_gguf
 
 import mmap
@@ -61,7 +66,7 @@ cdef class DFlashDrafter(Drafter):
     cdef readonly Model draft_model
     cdef readonly Context draft_ctx
     cdef Batch feat                      # feature rows written into the draft's KV
-    cdef Batch block                     # [last, mask, ...]
+    cdef Batch block                     # [last, mask, ...], of several sequences together
     cdef object _source
     cdef int n_threads
     cdef readonly tuple layers           # target layers read, in the draft's order
@@ -134,7 +139,7 @@ cdef class DFlashDrafter(Drafter):
         self.draft_ctx.set_causal_attn(self.causal)
         self.n_vocab_draft = min(dm.n_vocab, tm.n_vocab)
         self.feat = Batch(self.draft_ctx.n_ubatch, n_embd=self.width, n_seq_max=n_seq)
-        self.block = Batch(self.block_size, n_seq_max=n_seq)
+        self.block = Batch(cap, n_seq_max=n_seq)
         self.pend.assign(n_seq, vector[float]())
         self.n_kv.assign(n_seq, 0)
         self.n_pend.assign(n_seq, 0)
@@ -237,6 +242,28 @@ cdef class DFlashDrafter(Drafter):
         self.n_pend[seq] = 0
         return 0
 
+    cdef int _inject_seqs(self, const vector[int] & seqs) except -1:
+        """Write the waiting features of ``seqs`` into the draft's KV together, a feature
+        decode's worth of rows at a time (``_inject`` of each, in fewer decodes)."""
+        cdef int i, j, seq, P = self.width
+        self.feat.clear_c()         # (``_inject`` leaves its last rows in it)
+        for i in range(<int>seqs.size()):
+            seq = seqs[i]
+            for j in range(self.n_pend[seq]):
+                if self.feat.b.n_tokens == self.feat.capacity:
+                    self.draft_ctx.decode_c(self.feat)
+                    self.n_injects += 1
+                    self.feat.clear_c()
+                self.feat.add_embd_c(0, self.n_kv[seq] + j, seq, False,
+                                     self.pend[seq].data() + <size_t>j * P)
+            self.n_kv[seq] += self.n_pend[seq]
+            self.n_pend[seq] = 0
+        if self.feat.b.n_tokens > 0:
+            self.draft_ctx.decode_c(self.feat)
+            self.n_injects += 1
+            self.feat.clear_c()
+        return 0
+
     # --- hooks ------------------------------------------------------------------------
 
     cdef int _begin(self, int seq, const int32_t * toks, int n) except -1:
@@ -314,6 +341,75 @@ cdef class DFlashDrafter(Drafter):
         finally:
             # the block leaves the KV: only target features stay
             c.seq_rm_c(seq, L, -1)
+        return 0
+
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """Every ask's draft: one feature decode for all their waiting rows, then their
+        blocks together, one decode per block length that fits one ubatch."""
+        cdef int n = asks.n()
+        if n <= 1:
+            return Drafter._propose_batch(self, asks)
+        cdef Context c = self.draft_ctx
+        cdef int j, i, seq, nb, rows
+        cdef vector[int] L, nblk, row0, seqs
+        L.resize(n)
+        nblk.assign(n, 0)
+        row0.assign(n, -1)
+        cdef double t0 = now()
+        for j in range(n):
+            seq = asks.seq[j]
+            self._check_bound(seq)
+            L[j] = self.hist(seq).size()
+            if asks.n_max[j] <= 0 or L[j] == 0:
+                continue
+            self._truncate(seq, L[j])
+            self._zero_to(seq, L[j])
+            seqs.push_back(seq)
+            nblk[j] = max(0, min(asks.n_max[j], self.block_size - 1, c.n_ctx_seq - 1 - L[j]))
+        self._inject_seqs(seqs)
+        self.t_sync = now() - t0
+        cdef Model tm = self._target.model
+        cdef int32_t y
+        cdef const float * lg
+        cdef vector[char] done
+        done.assign(n, 0)
+        cdef int k
+        for k in range(n):
+            if done[k] or nblk[k] <= 0:
+                continue
+            nb = nblk[k]
+            # the blocks of this length that fit one ubatch, every row an output (see _propose)
+            self.block.clear_c()
+            for j in range(k, n):
+                if done[j] or nblk[j] != nb or self.block.b.n_tokens + nb + 1 > self.block.capacity:
+                    continue
+                done[j] = 1
+                row0[j] = self.block.b.n_tokens
+                self.block.add_c(asks.last[j], L[j], asks.seq[j], True)
+                for i in range(1, nb + 1):
+                    self.block.add_c(self.mask_token, L[j] + i, asks.seq[j], True)
+            try:
+                c.decode_c(self.block)
+                self.n_decodes += 1
+                for j in range(k, n):
+                    if row0[j] < 0:
+                        continue
+                    for i in range(1, nb + 1):
+                        lg = c.logits_c(row0[j] + i)
+                        if lg == NULL:
+                            raise RuntimeError("the DFlash context gave no logits for a block row")
+                        y = argmax(lg, self.n_vocab_draft)
+                        if not prob_at_least(lg, self.n_vocab_draft, y, self.p_min):
+                            break
+                        (<Draft> asks.drafts[j]).tokens.push_back(y)
+                        if tm.is_eog_c(y):
+                            break
+            finally:
+                # the blocks leave the KV: only target features stay
+                for j in range(k, n):
+                    if row0[j] >= 0:
+                        c.seq_rm_c(asks.seq[j], L[j], -1)
+                        row0[j] = -1
         return 0
 
     # --- introspection ----------------------------------------------------------------

@@ -5,7 +5,13 @@
 The draft context mirrors the target's history. Drafting decodes the pending
 token and then its own greedy guesses one at a time; what the target accepts is
 already in the draft context, so ``observe`` keeps the agreeing prefix of those
-speculative tokens, trims the rest and decodes only what is missing.
+speculative tokens, trims the rest and queues what is missing (``todo``): the next
+draft's first decode takes it along, so a round costs no decode of its own for it (a
+prompt chunk, or more than a round's worth, is decoded at once).
+
+Several sequences drafting in one round (``propose_batch``) share each draft step's
+decode: one row per sequence still drafting (the first step also their queued tokens),
+so a round costs ``n_max`` draft decodes however many sequences draft.
 
 A draft model with another vocabulary drafts only with ``translate`` on: a
 :class:`~specdec.drafters.translate.Translation` then gives the draft tokens the draft
@@ -17,7 +23,8 @@ from libcpp.vector cimport vector
 
 from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax
-from ._base cimport Drafter, Draft
+from .._timing cimport now
+from ._base cimport Drafter, Draft, Asks
 from .translate cimport Translation
 from .translate import translation
 
@@ -39,6 +46,7 @@ cdef class DraftModelDrafter(Drafter):
     cdef object _source
     cdef int n_threads
     cdef vector[vector[int32_t]] in_ctx   # per sequence: tokens held by the draft context
+    cdef vector[vector[int32_t]] todo     # per sequence: history after in_ctx, not decoded yet
     cdef vector[int32_t] n_hist           # per sequence: how many of them are target history
     cdef object _translate                # False, or the translation mode asked for
     cdef readonly Translation translation # None: the draft shares the target's vocabulary
@@ -109,6 +117,8 @@ cdef class DraftModelDrafter(Drafter):
         self.batch = Batch(self.draft_ctx.n_batch, n_seq_max=n_seq)
         self.in_ctx.clear()
         self.in_ctx.resize(n_seq)
+        self.todo.clear()
+        self.todo.resize(n_seq)
         self.n_hist.assign(n_seq, 0)
         return 0
 
@@ -116,6 +126,7 @@ cdef class DraftModelDrafter(Drafter):
         self._check_bound(seq)
         self.draft_ctx.seq_rm_c(seq, -1, -1)
         self.in_ctx[seq].clear()
+        self.todo[seq].clear()
         self.n_hist[seq] = 0
         if self.translation is not None:
             self.translation.begin(seq)
@@ -129,9 +140,21 @@ cdef class DraftModelDrafter(Drafter):
         return 0
 
     cdef int _trim(self, int seq, int keep) except -1:
-        if <int>self.in_ctx[seq].size() > keep:
+        """Keep the first ``keep`` tokens of what the context holds or has queued."""
+        cdef int n_in = self.in_ctx[seq].size()
+        if keep < n_in + <int>self.todo[seq].size():
+            self.todo[seq].resize(max(0, keep - n_in))
+        if n_in > keep:
             self.draft_ctx.seq_rm_c(seq, keep, -1)
             self.in_ctx[seq].resize(keep)
+        return 0
+
+    cdef int _flush_todo(self, int seq) except -1:
+        """Decode the queued history of ``seq`` now."""
+        cdef vector[int32_t] toks
+        if self.todo[seq].size():
+            toks.swap(self.todo[seq])
+            self._decode(seq, toks.data(), toks.size(), False)
         return 0
 
     cdef int _decode(self, int seq, const int32_t * toks, int n, bint out_last) except -1:
@@ -176,8 +199,11 @@ cdef class DraftModelDrafter(Drafter):
         while m < n and base + m < <int>have.size() and have[0][base + m] == toks[m]:
             m += 1
         self._trim(seq, base + m)
-        if m < n:
-            self._decode(seq, toks + m, n - m, False)
+        # the rest waits for the next draft's first decode, unless more than a round's worth
+        # gathered (a prompt chunk, rounds without drafts): that is decoded now
+        self.todo[seq].insert(self.todo[seq].end(), toks + m, toks + n)
+        if <int>self.todo[seq].size() > self.n_max + 1:
+            self._flush_todo(seq)
         self.n_hist[seq] = base + n
         return 0
 
@@ -219,15 +245,20 @@ cdef class DraftModelDrafter(Drafter):
         self._check_bound(seq)
         if self.translation is not None:
             return self._propose_translated(seq, last, n_max, out)
-        cdef int n_vocab = self.draft_model.n_vocab, i
+        cdef int n_vocab = self.draft_model.n_vocab, i, row
         cdef int32_t tok = last, y
         cdef float * lg
+        cdef vector[int32_t] first
         self._trim(seq, self.n_hist[seq])
         for i in range(n_max):
-            if <int>self.in_ctx[seq].size() >= self.draft_ctx.n_ctx_seq:
+            if <int>(self.in_ctx[seq].size() + self.todo[seq].size()) >= self.draft_ctx.n_ctx_seq:
                 break
-            self._decode(seq, &tok, 1, True)
-            lg = self.draft_ctx.logits_c(0)
+            # the first step takes the queued history along
+            first.swap(self.todo[seq])
+            first.push_back(tok)
+            row = self._decode(seq, first.data(), first.size(), True)
+            first.clear()
+            lg = self.draft_ctx.logits_c(row)
             y = argmax(lg, n_vocab)
             if self._below_p_min(lg, y):
                 break
@@ -235,10 +266,78 @@ cdef class DraftModelDrafter(Drafter):
             tok = y
         return 0
 
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """Every ask's draft, one decode per draft step for all of them (the first step with
+        their queued history; a translated draft: one sequence at a time)."""
+        cdef int n = asks.n()
+        if self.translation is not None or n <= 1:
+            return Drafter._propose_batch(self, asks)
+        cdef int j, i, k, seq, steps = 0, rows = 0, n_act
+        cdef int n_vocab = self.draft_model.n_vocab, n_ctx_seq = self.draft_ctx.n_ctx_seq
+        cdef vector[int] idx
+        cdef vector[int32_t] tok
+        cdef vector[char] live
+        idx.resize(n)
+        tok.resize(n)
+        live.assign(n, 0)
+        for j in range(n):
+            seq = asks.seq[j]
+            self._check_bound(seq)
+            tok[j] = asks.last[j]
+            if asks.n_max[j] <= 0:
+                continue
+            self._trim(seq, self.n_hist[seq])
+            live[j] = 1
+            steps = max(steps, asks.n_max[j])
+            rows += self.todo[seq].size() + 1
+        cdef double t0
+        if rows > self.batch.capacity:
+            # more queued than one decode takes: catch up first (not a cost of drafting)
+            t0 = now()
+            for j in range(n):
+                self._flush_todo(asks.seq[j])
+            self.t_sync = now() - t0
+        cdef int32_t y
+        cdef float * lg
+        for i in range(steps):
+            self.batch.clear_c()
+            n_act = 0
+            for j in range(n):
+                if not live[j]:
+                    continue
+                seq = asks.seq[j]
+                if i >= asks.n_max[j] or \
+                        <int>(self.in_ctx[seq].size() + self.todo[seq].size()) >= n_ctx_seq:
+                    live[j] = 0
+                    continue
+                for k in range(<int>self.todo[seq].size()):
+                    self.batch.add_c(self.todo[seq][k], self.in_ctx[seq].size(), seq, False)
+                    self.in_ctx[seq].push_back(self.todo[seq][k])
+                self.todo[seq].clear()
+                idx[j] = self.batch.b.n_tokens
+                self.batch.add_c(tok[j], self.in_ctx[seq].size(), seq, True)
+                self.in_ctx[seq].push_back(tok[j])
+                n_act += 1
+            if n_act == 0:
+                break
+            self.draft_ctx.decode_c(self.batch)
+            for j in range(n):
+                if not live[j]:
+                    continue
+                lg = self.draft_ctx.logits_c(idx[j])
+                y = argmax(lg, n_vocab)
+                if self._below_p_min(lg, y):
+                    live[j] = 0
+                    continue
+                (<Draft> asks.drafts[j]).tokens.push_back(y)
+                tok[j] = y
+        return 0
+
     cdef int _reset(self, int seq) except -1:
         if self.draft_ctx is not None and 0 <= seq < <int>self.in_ctx.size():
             self.draft_ctx.seq_rm_c(seq, -1, -1)
             self.in_ctx[seq].clear()
+            self.todo[seq].clear()
             self.n_hist[seq] = 0
             if self.translation is not None:
                 self.translation.begin(seq)

@@ -25,6 +25,11 @@ target's next sample gives (the "deferred boundary" of llama.cpp). Per round and
 * afterwards only the seed pair stays in the draft KV: it was built from the target's own
   features; the draft steps' pairs used the draft's own state and are trimmed.
 
+Several sequences drafting in one round (``propose_batch``) share the encoder call (their
+held rows together) and each draft step's decode (one row per sequence still drafting, the
+first step also their queued pairs and seed pairs), so a round costs one encode and
+``n_max`` draft decodes however many sequences draft.
+
 Tokens that entered the target without rows to read (a reused prompt prefix) get zero
 features, as llama.cpp's draft-simple does for rows it cannot read.
 """
@@ -35,7 +40,7 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context, Batch
 from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
-from ._base cimport Drafter, Draft
+from ._base cimport Drafter, Draft, Asks
 from ._target_fed cimport TargetFedDrafter
 
 import os
@@ -112,7 +117,7 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         self.layers = tuple(layers)
         self.lids = list(layers)
         target.set_layer_inputs(self.layers)
-        cdef int cap = target.n_batch + 1
+        cdef int cap = target.n_batch + n_seq    # a target batch of catch-up, a row per sequence
         # lazy head: the decoder's LM head runs over every row of a batch (catch-up rows
         # included); the drafter reads the last row's logits only
         # the target's layout: one KV for all sequences (each may use all of it: an Engine's
@@ -179,6 +184,59 @@ cdef class Eagle3Drafter(TargetFedDrafter):
             self.n_feat[seq] = k + 1
         self.n_sync[seq] = p0 + n - 1
         self.kept_tok[seq] = -1
+        return 0
+
+    cdef int _encode_rows(self, const vector[int] & row_seq, const vector[int] & row_pos) except -1:
+        """Run the encoder over the rows in ``enc`` (row ``r``: the features of position
+        ``row_pos[r]`` of ``row_seq[r]``) and hand each ``g`` on: queued with the next
+        committed token, or the sequence's deferred one for its newest position."""
+        cdef int r, seq, P
+        cdef vector[int32_t] * h
+        cdef Context dc = self.draft_ctx
+        cdef const float * g
+        cdef double t0 = now()
+        dc.encode_c(self.enc)
+        self.t_encode += now() - t0
+        self.n_encodes += 1
+        for r in range(self.enc.b.n_tokens):
+            g = dc.mtp_hidden_c(r)
+            if g == NULL:
+                raise RuntimeError("the EAGLE-3 encoder gave no output row")
+            seq = row_seq[r]
+            P = row_pos[r]
+            h = self.hist(seq)
+            if P + 1 < <int>h.size():
+                self._queue(h[0][P + 1], P, seq, g)
+            else:
+                memcpy(self.pend[seq].data(), g, self.n_embd * sizeof(float))
+        self.enc.clear_c()
+        return 0
+
+    cdef int _encode_seqs(self, const vector[int] & seqs) except -1:
+        """Encode the held feature rows of ``seqs`` together, ``enc.capacity`` rows a call
+        (``_encode_held`` of each, in fewer calls)."""
+        cdef int i, c, n, seq, r, pe
+        cdef int E3 = 3 * self.n_embd_tgt
+        cdef vector[int] row_seq, row_pos
+        self.enc.clear_c()
+        for i in range(<int>seqs.size()):
+            seq = seqs[i]
+            n = self.n_feat[seq]
+            pe = self.draft_ctx.pos_max_c(seq) + 1
+            for c in range(n):
+                if self.enc.b.n_tokens == self.enc.capacity:
+                    self._encode_rows(row_seq, row_pos)
+                    row_seq.clear()
+                    row_pos.clear()
+                r = self.enc.b.n_tokens
+                self.enc.add_c(0, pe + c, seq, True)
+                memcpy(self.enc.b.embd + <size_t>r * E3,
+                       self.feat[seq].data() + <size_t>c * E3, <size_t>E3 * sizeof(float))
+                row_seq.push_back(seq)
+                row_pos.push_back(self.feat_p0[seq] + c)
+            self.n_feat[seq] = 0
+        if self.enc.b.n_tokens > 0:
+            self._encode_rows(row_seq, row_pos)
         return 0
 
     cdef int _encode_held(self, int seq) except -1:
@@ -290,6 +348,96 @@ cdef class Eagle3Drafter(TargetFedDrafter):
             tok = y
         # keep the seed pair (built from the target's own g); the draft steps' go
         self._keep_seed(seq, L - 1, last, n_dec)
+        return 0
+
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """Every ask's draft: one encoder call for all their held rows, then one decode per
+        draft step for all of them (see the module notes)."""
+        cdef int n = asks.n()
+        if n <= 1:
+            return Drafter._propose_batch(self, asks)
+        cdef int j, i, r, seq, steps = 0, most = self.n_max, n_act
+        cdef vector[int] L, idx, seqs
+        cdef vector[int32_t] tok
+        cdef vector[const float *] g
+        cdef vector[char] live
+        L.resize(n)
+        idx.resize(n)
+        tok.resize(n)
+        g.resize(n)
+        live.assign(n, 0)
+        for j in range(n):
+            seq = asks.seq[j]
+            self._check_bound(seq)
+            L[j] = self.hist(seq).size()
+            tok[j] = asks.last[j]
+            if asks.n_max[j] <= 0 or L[j] == 0:
+                continue
+            self._sync_at(seq, L[j] - 1)
+            live[j] = 1
+            seqs.push_back(seq)
+            steps = max(steps, asks.n_max[j])
+            most = max(most, asks.n_max[j])
+        if seqs.empty():
+            return 0
+        # more held or queued rows than the rounds leave: that catch-up runs on its own, so
+        # the time of the draft steps stays a measure of drafting (see _propose)
+        cdef double t0 = now()
+        cdef bint behind = self.batch.b.n_tokens > <int>self.n_sync.size() * (most + 1)
+        for j in range(<int>seqs.size()):
+            behind = behind or self.n_feat[seqs[j]] > most + 1
+        self._encode_seqs(seqs)
+        if behind or self.batch.b.n_tokens + <int>seqs.size() > self.batch.capacity:
+            self._flush()
+            self.t_sync = now() - t0
+        for j in range(n):
+            if live[j]:
+                g[j] = self.pend[asks.seq[j]].data()
+        cdef Context c = self.draft_ctx
+        cdef Model tm = self._target.model
+        cdef int n_ctx_seq = c.n_ctx_seq
+        cdef int32_t y
+        cdef const float * lg
+        cdef vector[int] n_dec
+        n_dec.assign(n, 0)
+        for i in range(steps):
+            n_act = 0
+            for j in range(n):
+                if live[j] and (i >= asks.n_max[j] or L[j] - 1 + i >= n_ctx_seq):
+                    live[j] = 0
+                if live[j]:
+                    idx[j] = self.batch.b.n_tokens
+                    self.batch.add_embd_c(tok[j], L[j] - 1 + i, asks.seq[j], True, g[j])
+                    n_act += 1
+            if n_act == 0:
+                break
+            # every row an output (see _propose)
+            for r in range(self.batch.b.n_tokens):
+                self.batch.b.logits[r] = 1
+            t0 = now()
+            c.decode_c(self.batch)
+            self.t_decode += now() - t0
+            self.batch.clear_c()
+            self.n_decodes += 1
+            for j in range(n):
+                if not live[j]:
+                    continue
+                n_dec[j] += 1
+                lg = c.logits_c(idx[j])
+                g[j] = c.mtp_hidden_c(idx[j])      # read by the next step's add, before its decode
+                if lg == NULL or g[j] == NULL:
+                    raise RuntimeError("the EAGLE-3 context gave no output for a draft row")
+                y = argmax(lg, self.n_vocab_draft)
+                if not prob_at_least(lg, self.n_vocab_draft, y, max(self.p_min, asks.p_stop[j])):
+                    live[j] = 0
+                    continue
+                (<Draft> asks.drafts[j]).tokens.push_back(y)
+                if tm.is_eog_c(y):
+                    live[j] = 0
+                tok[j] = y
+        for j in range(n):
+            if L[j] > 0:
+                self._keep_seed(asks.seq[j], L[j] - 1, asks.last[j], n_dec[j])
         return 0
 
     # --- introspection ----------------------------------------------------------------

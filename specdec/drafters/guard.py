@@ -32,8 +32,10 @@ class DrafterFaultWarning(RuntimeWarning):
 
 
 def is_python_drafter(d: Drafter) -> bool:
-    """A drafter whose ``propose`` is Python code (built-ins draft in C and are not wrapped)."""
-    return type(d).propose is not Drafter.propose
+    """A drafter whose ``propose`` or ``propose_batch`` is Python code (built-ins draft in C
+    and are not wrapped)."""
+    return (type(d).propose is not Drafter.propose
+            or type(d).propose_batch is not Drafter.propose_batch)
 
 
 class _Worker:
@@ -186,6 +188,22 @@ class GuardedDrafter(Drafter):
     def propose(self, seq, last_token, n_max):
         res = self._run("propose", self._propose, seq, last_token, n_max)
         return [] if res is None else res
+
+    def _propose_batch(self, seqs, last_tokens, n_maxs):
+        res = self.inner.propose_batch(seqs, last_tokens, n_maxs)
+        if isinstance(res, (str, bytes)) or not hasattr(res, "__len__") or len(res) != len(seqs):
+            raise DrafterError(f"drafter {self.name!r}: propose_batch must return one answer "
+                               f"per sequence ({len(seqs)})")
+        for r, n in zip(res, n_maxs):
+            check_draft(r, n, self._n_vocab, self.name)
+        return res
+
+    def propose_batch(self, seqs, last_tokens, n_maxs):
+        """The wrapped drafter's drafts of the round's sequences, in one call with a deadline
+        (a fault disables it: no drafts)."""
+        res = self._run("propose_batch", self._propose_batch, list(seqs), list(last_tokens),
+                        list(n_maxs))
+        return [[] for _ in seqs] if res is None else res
 
     def accept(self, seq, n_accepted):
         self._run("accept", run_accept, self.inner, seq, n_accepted)

@@ -4,7 +4,7 @@ from libc.stdint cimport int32_t, int64_t
 from libcpp.vector cimport vector
 
 from .._core cimport Model, Context
-from ._base cimport Draft
+from ._base cimport Draft, Asks
 from ._target_fed cimport TargetFedDrafter
 
 
@@ -27,4 +27,5 @@ cdef class MtpDrafter(TargetFedDrafter):
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int _propose_batch(self, Asks asks) except -1
     cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1

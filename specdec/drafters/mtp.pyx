@@ -32,6 +32,11 @@ draft row decoded behind catch-up rows would get the first catch-up row's ``h``.
 The archs whose MTP graph prunes to the output rows first (``MTP_PRUNED_ARCHS``,
 qwen3next among them) hold exactly those rows, so their MTP contexts run masked.
 
+Several sequences drafting in one round (``propose_batch``) share each draft step's decode:
+step ``i`` holds one row per sequence still drafting (step 0 also the queued catch-up of
+them all), so a round costs ``n_max`` MTP decodes however many sequences draft, and each
+sequence's draft stops on its own (its cap, ``p_min``, end of generation).
+
 Models with several trained heads (step35, mimo2, hy_v3) chain them instead:
 draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 ``chain_heads``. Each head gets its own MTP context pinned to its layer with
@@ -44,7 +49,7 @@ from libcpp.vector cimport vector
 from .._core cimport Model, Context
 from .._timing cimport now
 from .._sampling cimport argmax, prob_at_least
-from ._base cimport Drafter, Draft
+from ._base cimport Drafter, Draft, Asks
 from ._target_fed cimport TargetFedDrafter
 
 import os
@@ -152,7 +157,8 @@ cdef class MtpDrafter(TargetFedDrafter):
         if target.mtp_hidden != "dense":
             target.set_mtp_hidden("dense")
         self.n_heads = self._head_count(mm)
-        cdef int cap = target.n_batch + 1   # a whole target batch of catch-up plus a draft row
+        # a whole target batch of catch-up plus a draft row per sequence
+        cdef int cap = target.n_batch + n_seq
         ctxs = []
         for h in range(self.n_heads):
             # dense: llama.cpp's masked mode hands back the ubatch's *first* rows, wrong
@@ -290,6 +296,90 @@ cdef class MtpDrafter(TargetFedDrafter):
             tok = y
         # keep the row of ``last`` (built from the target's h); the rest was the head's own
         self._keep_seed(seq, p0, last, n_dec)
+        return 0
+
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """Every ask's draft, one MTP decode per draft step for all of them (chained heads:
+        one sequence at a time)."""
+        cdef int n = asks.n()
+        if self.n_heads > 1 or n <= 1:
+            return Drafter._propose_batch(self, asks)
+        cdef int j, i, seq, steps = 0, most = self.n_max, n_act
+        cdef vector[int] p0, idx, n_dec
+        cdef vector[int32_t] tok
+        cdef vector[const float *] h
+        cdef vector[char] live
+        p0.resize(n)
+        idx.resize(n)
+        n_dec.assign(n, 0)
+        tok.resize(n)
+        h.resize(n)
+        live.assign(n, 0)
+        for j in range(n):
+            seq = asks.seq[j]
+            self._check_bound(seq)
+            p0[j] = self.hist(seq).size()
+            tok[j] = asks.last[j]
+            if asks.n_max[j] <= 0:
+                continue
+            self._sync_at(seq, p0[j])
+            self.idle[seq] = 0
+            h[j] = self.pend[seq].data()
+            live[j] = 1
+            steps = max(steps, asks.n_max[j])
+            most = max(most, asks.n_max[j])
+        cdef double t0
+        # more queued rows than the rounds leave (see _propose): that catch-up runs on its
+        # own, so the draft steps' time stays a measure of drafting
+        if self.batch.b.n_tokens > <int>self.n_sync.size() * (most + 1):
+            t0 = now()
+            self._flush()
+            self.t_sync = now() - t0
+        cdef Context c = self.mtp_ctx
+        cdef Model tm = self._target.model
+        cdef int n_ctx_seq = c.n_ctx_seq
+        cdef int32_t y
+        cdef const float * lg
+        cdef Draft out
+        for i in range(steps):
+            n_act = 0
+            for j in range(n):
+                if live[j] and (i >= asks.n_max[j] or p0[j] + i >= n_ctx_seq):
+                    live[j] = 0
+                n_act += live[j]
+            if n_act == 0:
+                break
+            if self.batch.b.n_tokens + n_act > self.batch.capacity:
+                self._flush()
+            for j in range(n):
+                if live[j]:
+                    idx[j] = self.batch.b.n_tokens
+                    self.batch.add_embd_c(tok[j], p0[j] + i, asks.seq[j], True, h[j])
+            t0 = now()
+            c.decode_c(self.batch)        # step 0 also decodes the queued catch-up
+            self.t_decode += now() - t0
+            self.batch.clear_c()
+            self.n_decodes += 1
+            for j in range(n):
+                if not live[j]:
+                    continue
+                n_dec[j] += 1
+                lg = c.logits_c(idx[j])
+                h[j] = c.mtp_hidden_c(idx[j])      # read by the next step's add, before its decode
+                if lg == NULL or h[j] == NULL:
+                    raise RuntimeError("the MTP context gave no output for a draft row")
+                y = argmax(lg, self.n_vocab_draft)
+                if not self._confident(lg, y):
+                    live[j] = 0
+                    continue
+                out = <Draft> asks.drafts[j]
+                out.tokens.push_back(y)
+                if tm.is_eog_c(y):
+                    live[j] = 0
+                tok[j] = y
+        for j in range(n):
+            # keep each row of ``last`` (built from the target's h); the rest was the head's own
+            self._keep_seed(asks.seq[j], p0[j], asks.last[j], n_dec[j])
         return 0
 
     cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1:
