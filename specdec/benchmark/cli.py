@@ -61,8 +61,8 @@ def parser() -> argparse.ArgumentParser:
     g = p.add_mutually_exclusive_group()
     g.add_argument("--ci", dest="matrix", action="store_const", const="ci",
                    help="the CI tier: the ratios that matter most (plain vs llama-bench, best "
-                   "drafters vs plain and vs llama.cpp, MTP, the 0.97 floor) in about 3 "
-                   "minutes on 2 cores with peers built")
+                   "drafters vs plain and vs llama.cpp, MTP, the 0.97 floor), sized for about 3 "
+                   "minutes on 2 idle cores with peers built")
     g.add_argument("--quick", dest="matrix", action="store_const", const="quick",
                    help=f"the quick matrix (default; about {QUICK_MINUTES} minutes on 2 cores "
                    "with peers built)")
