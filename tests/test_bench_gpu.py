@@ -200,3 +200,23 @@ def test_gpu_help_documents_it(capsys):
     out = capsys.readouterr().out
     assert "--gpu" in out and "--rpc-standin" in out and "--gpu --quick" in out
     assert bench_cli.EXIT_CANNOT_JUDGE == 2
+
+
+@pytest.mark.slow
+def test_llama_simple_is_timed_as_specdec_plain_is(bench_cache):
+    """The greedy peer of --gpu's plain comparison on a CPU: llama-simple's text is specdec
+    plain's greedy text, and its decode rate comes from its own eval timing."""
+    import specdec
+    from specdec.benchmark import llama_tools
+    from specdec.benchmark.synthetic import model_for
+
+    path = str(model_for("tiny", 0.9, log=lambda s: None))
+    model = specdec.Model(path)
+    prompt = matrix.MTP_PROMPT
+    echo = b"".join(model.token_to_piece(t, special=True) for t in model.tokenize(
+        prompt, add_special=True, parse_special=True)).decode("utf-8", "replace")
+    out = llama_tools.run_simple_timed(path, prompt, 24, threads=2, echo=echo,
+                                       extra=llama_tools.cpu_only_flags())
+    assert out["tok_s"] > 0 and out["n_eval"] == 23        # the first token is the prompt pass's
+    ours = specdec.Decoder(model, n_ctx=512).generate(prompt, max_tokens=24)
+    assert out["text"] == ours.text
