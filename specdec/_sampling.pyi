@@ -1,5 +1,5 @@
 """Type stubs for ``_sampling.pyx``: argmax, the RNG and the target distribution."""
-from typing import Dict
+from typing import Dict, Mapping, Optional
 
 import numpy.typing as npt
 
@@ -12,4 +12,5 @@ class Rng:
 class Distribution:
     def set_logits(self, logits: npt.ArrayLike, *, temperature: float = 1.0, top_k: int = 0,
                    top_p: float = 1.0, min_p: float = 0.0) -> "Distribution": ...
+    def draw(self, rng: Rng, q: Optional[Mapping[int, float]] = None) -> int: ...
     def as_dict(self) -> Dict[int, float]: ...

@@ -3,12 +3,14 @@
 """Sampling: greedy argmax, and the target distribution for sampled decoding.
 
 The order follows llama.cpp's default chain: top-k, top-p and min-p on the raw
-logits, then temperature. A distribution is kept sparse (sorted ids and
-probabilities) because the vocabulary can be 262k tokens wide and rejection
-sampling needs p(x) and residuals, not only a draw.
+logits, then temperature. The vocabulary can be 262k tokens wide and rejection
+sampling needs p(x) and residuals, not only a draw, so a distribution is kept
+sparse (the few candidates top-k / top-p / min-p leave, found by vectorised passes
+before anything is sorted) or, with temperature alone, dense (weights by id and
+block sums: no sort at all).
 """
-from libc.math cimport exp, log
-from libc.stdint cimport int32_t, uint64_t
+from libc.math cimport exp, log, INFINITY
+from libc.stdint cimport int32_t, int64_t, uint64_t
 from libcpp.algorithm cimport sort, partial_sort
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
@@ -20,6 +22,19 @@ from .config import Sampling
 # a token whose logit is this far below the best has relative probability < e^-40:
 # dropping it changes no float32 probability
 DEF _CUTOFF = 40.0
+
+
+cdef extern from "_logit_kernels.h" nogil:
+    enum: SPECDEC_LADDER
+    enum: SPECDEC_BLOCK
+    float specdec_max(const float * x, int n)
+    double specdec_exp_sum(const float * x, int n, float mx, float floor_)
+    double specdec_ladder(const float * x, int n, float mx, float floor_, const float * thr,
+                          int64_t * count, double * mass)
+    int specdec_collect(const float * x, int n, float theta, int32_t * ids)
+    double specdec_dense(const float * x, int n, float mx, float floor_, float inv_t, float * w,
+                         double * blocks)
+    int specdec_draw(const float * w, int n, const double * blocks, double u)
 
 
 cdef extern from *:
@@ -65,11 +80,8 @@ cdef bint prob_at_least(const float * logits, int n, int32_t y, double p) noexce
     """Whether softmax(logits[:n])[y] >= p (y the argmax): a drafter's p_min test."""
     if p <= 0.0:
         return True
-    cdef double mx = logits[y], z = 0.0
-    cdef int j
-    for j in range(n):
-        z += exp(logits[j] - mx)
-    return 1.0 / z >= p
+    cdef float mx = logits[y]
+    return 1.0 / specdec_exp_sum(logits, n, mx, mx - _CUTOFF) >= p
 
 
 def argmax_py(x) -> int:
@@ -122,42 +134,144 @@ cdef bint _desc(const pair[float, int32_t] & a, const pair[float, int32_t] & b) 
     return a.second < b.second
 
 
+# thresholds below the maximum logit (nats at temperature 1) at which one pass counts the
+# tokens and their mass: top-k / top-p take the smallest set that holds what they keep
+cdef float _LADDER[SPECDEC_LADDER]
+_LADDER[:] = [0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0]
+# margins that make a candidate set a superset of what the exact rules keep, against the
+# rounding of the vectorised exp (1.5 ulp) and of the sums
+cdef double _MASS_MARGIN = 1e-4
+cdef double _MINP_MARGIN = 1e-3
+
+
 cdef class Distribution:
+    """The target's sampling distribution for one row of logits.
+
+    Built as llama.cpp's sampler chain is: a candidate set is cut (top-k, top-p, min-p)
+    before anything is sorted, so a 262k-token vocabulary costs a few vectorised passes
+    (``_logit_kernels.h``), not a sort. Two forms:
+
+    - *sparse* (top-k, top-p or min-p set): ``ids`` sorted by probability (ties: lower
+      id first) and their normalised ``probs``;
+    - *dense* (none set: temperature alone, the OpenAI default): ``probs`` holds every
+      token's unnormalised weight by id, ``blocks`` their per-block sums and ``total``
+      their sum; a draw scans block sums, then one block.
+    """
 
     cdef int from_logits(self, const float * logits, int n_vocab, SamplingParams sp) except -1 nogil:
         """The distribution of ``logits`` under ``sp``, whose values the API checked
         (``config.Sampling``); asserted here, not checked again."""
         assert sp.top_k >= 0 and 0.0 < sp.top_p <= 1.0 and 0.0 <= sp.min_p <= 1.0 and n_vocab > 0
-        cdef vector[pair[float, int32_t]] cand
-        cdef int i, n, keep
-        cdef float mx = logits[0]
         cdef double t = sp.temperature if sp.temperature > 0 else 1.0
-        for i in range(1, n_vocab):
-            if logits[i] > mx:
-                mx = logits[i]
+        cdef float mx = specdec_max(logits, n_vocab)
+        # a token whose logit is this far below the best has relative probability < e^-40
         cdef float floor_ = mx - _CUTOFF * (t if t > 1.0 else 1.0)
-        for i in range(n_vocab):
-            if logits[i] >= floor_:
-                cand.push_back(pair[float, int32_t](logits[i], i))
-        n = cand.size()
-        if sp.top_k > 0 and sp.top_k < n:
-            partial_sort(cand.begin(), cand.begin() + sp.top_k, cand.end(), _desc)
-            cand.resize(sp.top_k)
+        cdef bint top_k = 0 < sp.top_k < n_vocab
+        if mx == -INFINITY or mx != mx:
+            return self._one(specdec_argmax(logits, n_vocab))
+        if not top_k and sp.top_p >= 1.0 and sp.min_p <= 0.0:
+            self.dense = True
+            self.n_vocab = n_vocab
+            self.ids.clear()
+            self.probs.resize(n_vocab)
+            self.blocks.resize((n_vocab + SPECDEC_BLOCK - 1) // SPECDEC_BLOCK)
+            self.total = specdec_dense(logits, n_vocab, mx, floor_, <float>(1.0 / t),
+                                       self.probs.data(), self.blocks.data())
+            return 0
+        self.dense = False
+        if top_k:
+            self._cut(logits, n_vocab, mx, t, self._kth_threshold(logits, n_vocab, mx, floor_,
+                                                                  sp.top_k), 0.0, sp)
+            return 0
+        cdef float theta_p = floor_, theta_m = floor_
+        cdef double z = 0.0
+        if sp.top_p < 1.0:
+            z = self._nucleus_threshold(logits, n_vocab, mx, floor_, sp.top_p, &theta_p)
+        if sp.min_p > 0.0:
+            # min-p keeps p >= min_p * p_max: logits >= max + log(min_p)
+            theta_m = max(floor_, <float>(mx + log(sp.min_p) - _MINP_MARGIN))
+        if self._cut(logits, n_vocab, mx, t, max(theta_p, theta_m), z, sp) < 0 and theta_p > theta_m:
+            # top-p's mass was not reached inside the candidates (rounding at the margin):
+            # widen to what min-p keeps, or to every token
+            self._cut(logits, n_vocab, mx, t, theta_m, z, sp)
+        return 0
+
+    cdef int _one(self, int32_t tok) noexcept nogil:
+        self.dense = False
+        self.ids.assign(1, tok)
+        self.probs.assign(1, 1.0)
+        return 0
+
+    cdef float _kth_threshold(self, const float * logits, int n, float mx, float floor_,
+                              int k) noexcept nogil:
+        """A threshold with at least ``k`` logits at or above it, close to the k-th largest."""
+        cdef float thr[SPECDEC_LADDER]
+        cdef int64_t count[SPECDEC_LADDER]
+        cdef int j
+        for j in range(SPECDEC_LADDER):
+            thr[j] = max(mx - _LADDER[j], floor_)
+        specdec_ladder(logits, n, mx, floor_, thr, count, NULL)
+        for j in range(SPECDEC_LADDER):
+            if count[j] >= k:
+                return thr[j]
+        return floor_
+
+    cdef double _nucleus_threshold(self, const float * logits, int n, float mx, float floor_,
+                                   double top_p, float * theta) noexcept nogil:
+        """Sets ``theta`` so the logits at or above it hold at least ``top_p`` of the mass
+        (at temperature 1, as llama.cpp's top-p); returns the total mass ``z``."""
+        cdef float thr[SPECDEC_LADDER]
+        cdef int64_t count[SPECDEC_LADDER]
+        cdef double mass[SPECDEC_LADDER]
+        cdef int j
+        for j in range(SPECDEC_LADDER):
+            thr[j] = max(mx - _LADDER[j], floor_)
+        cdef double z = specdec_ladder(logits, n, mx, floor_, thr, count, mass)
+        theta[0] = floor_
+        for j in range(SPECDEC_LADDER):
+            if mass[j] >= top_p * z * (1.0 + _MASS_MARGIN):
+                theta[0] = thr[j]
+                break
+        return z
+
+    cdef int _cut(self, const float * logits, int n_vocab, float mx, double t, float theta,
+                  double z_all, SamplingParams sp) except -2 nogil:
+        """The candidates at or above ``theta``, sorted, cut by top-k, top-p, min-p and
+        normalised at temperature ``t`` into ``ids`` / ``probs``. ``z_all`` is the mass of
+        the whole row for top-p without top-k (the candidates' own mass with it). Returns -1
+        when top-p's mass was not reached among the candidates (then, unless ``theta`` was
+        the floor or min-p's bound, the nucleus may reach past them)."""
+        cdef int i, n, keep
+        self._idx.resize(n_vocab)
+        n = specdec_collect(logits, n_vocab, theta, self._idx.data())
+        if n == 0:
+            self._one(specdec_argmax(logits, n_vocab))
+            return 0
+        self._cand.resize(n)
+        for i in range(n):
+            self._cand[i] = pair[float, int32_t](logits[self._idx[i]], self._idx[i])
+        cdef bint top_k = 0 < sp.top_k < n_vocab
+        if top_k and sp.top_k < n:
+            partial_sort(self._cand.begin(), self._cand.begin() + sp.top_k, self._cand.end(), _desc)
             n = sp.top_k
         else:
-            sort(cand.begin(), cand.end(), _desc)
+            sort(self._cand.begin(), self._cand.end(), _desc)
         # probabilities at temperature 1 for top-p / min-p, as llama.cpp does
         cdef double z = 0.0, c = 0.0
         self._work.resize(n)
         for i in range(n):
-            self._work[i] = exp(cand[i].first - mx)
+            self._work[i] = exp(self._cand[i].first - mx)
             z += self._work[i]
+        if not top_k and sp.top_p < 1.0:
+            z = z_all
         keep = n
+        cdef int reached = 0
         if sp.top_p < 1.0:
             for i in range(n):
                 c += self._work[i] / z
                 if c >= sp.top_p:
                     keep = i + 1
+                    reached = 1
                     break
         if sp.min_p > 0.0:
             for i in range(1, keep):
@@ -168,15 +282,17 @@ cdef class Distribution:
         self.probs.resize(keep)
         z = 0.0
         for i in range(keep):
-            self.ids[i] = cand[i].second
-            self.probs[i] = exp((cand[i].first - mx) / t)
+            self.ids[i] = self._cand[i].second
+            self.probs[i] = exp((self._cand[i].first - mx) / t)
             z += self.probs[i]
         for i in range(keep):
             self.probs[i] = self.probs[i] / z
-        return 0
+        return 0 if reached or sp.top_p >= 1.0 or top_k else -1
 
     cdef float prob_of(self, int32_t tok) noexcept nogil:
         cdef size_t i
+        if self.dense:
+            return self.probs[tok] / self.total if 0 <= tok < self.n_vocab else 0.0
         for i in range(self.ids.size()):
             if self.ids[i] == tok:
                 return self.probs[i]
@@ -185,6 +301,9 @@ cdef class Distribution:
     cdef int32_t sample(self, Rng rng) noexcept nogil:
         cdef double u = rng.uniform(), c = 0.0
         cdef size_t i
+        if self.dense:
+            return max(0, specdec_draw(self.probs.data(), self.n_vocab, self.blocks.data(),
+                                       u * self.total))
         for i in range(self.ids.size()):
             c += self.probs[i]
             if u < c:
@@ -194,6 +313,8 @@ cdef class Distribution:
     cdef int32_t sample_residual(self, Rng rng, const int32_t * q_ids, const float * q_probs,
                                  int q_n) noexcept nogil:
         """Draw from norm(max(0, p - q)): the correction after a rejected draft."""
+        if self.dense:
+            return self._residual_dense(rng, q_ids, q_probs, q_n)
         cdef size_t i
         cdef int j
         cdef double z = 0.0, c = 0.0, r, u
@@ -218,6 +339,33 @@ cdef class Distribution:
                 return self.ids[i]
         return self.ids[0]
 
+    cdef int32_t _residual_dense(self, Rng rng, const int32_t * q_ids, const float * q_probs,
+                                 int q_n) noexcept nogil:
+        """``sample_residual`` on the dense form: a copy of the weights with each drafted
+        id's weight lowered by q (its first entry in ``q_ids``, as the sparse form reads
+        it), block sums and total mended, then one draw."""
+        cdef int j, tok
+        cdef double z = self.total, old, new
+        self._work.assign(self.probs.begin(), self.probs.end())
+        self._wblocks.assign(self.blocks.begin(), self.blocks.end())
+        self._seen.clear()
+        for j in range(q_n):
+            tok = q_ids[j]
+            if tok < 0 or tok >= self.n_vocab or self._seen.count(tok):
+                continue
+            self._seen.insert(tok)
+            old = self._work[tok]
+            new = old - q_probs[j] * self.total
+            new = new if new > 0 else 0.0
+            self._work[tok] = new
+            self._wblocks[tok // SPECDEC_BLOCK] -= old - new
+            z -= old - new
+        if z <= self.total * 1e-9:
+            return self.sample(rng)
+        cdef int y = specdec_draw(self._work.data(), self.n_vocab, self._wblocks.data(),
+                                  rng.uniform() * z)
+        return y if y >= 0 else self.sample(rng)
+
     # Python access, for tests and Python drafters
     def set_logits(self, logits, *, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0):
         """The target's distribution for ``logits`` (1-D): top-k, top-p and min-p, then
@@ -235,5 +383,20 @@ cdef class Distribution:
         self.from_logits(&l[0], l.shape[0], sp)
         return self
 
+    def draw(self, Rng rng not None, q=None) -> int:
+        """One draw from the distribution, or with ``q`` (token id -> the drafter's
+        probability) from the residual norm(max(0, p - q)) that follows a rejected draft."""
+        if self.probs.size() == 0:
+            raise ValueError("no distribution: call set_logits first")
+        if q is None:
+            return self.sample(rng)
+        cdef vector[int32_t] ids = [int(k) for k in q]
+        cdef vector[float] qp = [float(v) for v in q.values()]
+        return self.sample_residual(rng, ids.data(), qp.data(), ids.size())
+
     def as_dict(self) -> dict:
+        """Token id -> probability, for the tokens the distribution can draw."""
+        if self.dense:
+            return {i: float(self.probs[i] / self.total) for i in range(self.n_vocab)
+                    if self.probs[i] > 0}
         return {int(self.ids[i]): float(self.probs[i]) for i in range(self.ids.size())}

@@ -66,3 +66,50 @@ def test_argmax_first_maximum():
     x[3] = np.nan
     assert argmax_py(x) == 13          # NaN never wins
     assert argmax_py(np.full(20, -np.inf, np.float32)) == 0
+
+
+def _chi2_ok(draws, expected):
+    """Chi-square fit of integer draws to ``expected`` (id -> probability); bins of small
+    expected counts pooled."""
+    from scipy import stats
+    n = len(draws)
+    counts = {}
+    for d in draws:
+        counts[d] = counts.get(d, 0) + 1
+    assert set(counts) <= set(expected), "a draw outside the support"
+    obs, exp_, pool_o, pool_e = [], [], 0, 0.0
+    for k, p in expected.items():
+        if p * n < 5:
+            pool_o, pool_e = pool_o + counts.get(k, 0), pool_e + p * n
+        else:
+            obs.append(counts.get(k, 0))
+            exp_.append(p * n)
+    if pool_e > 0:
+        obs.append(pool_o)
+        exp_.append(pool_e)
+    return stats.chisquare(obs, np.array(exp_) * (sum(obs) / sum(exp_))).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("settings", [{"temperature": 0.9}, {"temperature": 1.2, "top_p": 0.9},
+                                      {"temperature": 0.8, "top_k": 6}])
+def test_draws_and_residuals_follow_the_distribution(settings):
+    """Draws fit p, and draws after a rejection fit norm(max(0, p - q)), on a wide row
+    (several of the dense form's blocks; temperature alone is dense, the rest sparse)."""
+    rng = np.random.default_rng(3)
+    logits = np.full(5000, -30.0, np.float32)
+    hot = [7, 1500, 1501, 2048, 3333, 4999, 4000, 12]
+    logits[hot] = rng.standard_normal(len(hot)).astype(np.float32) * 1.5
+    d = Distribution().set_logits(logits, **settings)
+    p = d.as_dict()
+    r = Rng(11)
+    assert _chi2_ok([d.draw(r) for _ in range(20000)], p)
+    q = {hot[0]: 0.5, hot[1]: 0.3, 99: 0.2}
+    res = {k: max(0.0, v - q.get(k, 0.0)) for k, v in p.items()}
+    z = sum(res.values())
+    res = {k: v / z for k, v in res.items() if v > 0}
+    assert _chi2_ok([d.draw(r, q) for _ in range(20000)], res)
+
+
+def test_draw_before_logits_is_an_error():
+    with pytest.raises(ValueError, match="set_logits"):
+        Distribution().draw(Rng(0))
