@@ -182,13 +182,27 @@ def test_oracle_rows_ceiling_and_shares(bench_cache, tmp_path):
     assert ceiling["kind"] == "oracle" and not ceiling["tracked"]
     share = res["ratios"]["mtp-tiny-90: specdec mtp best fixed / oracle best"]
     assert share["kind"] == "oracle-share" and not share["tracked"]
-    assert share["value"] == pytest.approx(mtp.tok_s / best.tok_s, rel=1e-3)
+    # (the JSON keeps 4 decimals)
+    assert share["value"] == pytest.approx(mtp.tok_s / best.tok_s, rel=1e-3, abs=1e-4)
     # the oracle is never "the best specdec drafter" of the n-gram comparisons
     assert not any("oracle best fixed / specdec plain" in k for k in res["ratios"])
     md = report.markdown(res)
     assert "| oracle n2 speedup |" in md and "| specdec mtp n2 |" in md
     paths = plots.write_all(res, tmp_path / "plots")
     assert paths[-1].name == "oracle.png" and paths[-1].read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sampled_plain_row_and_its_cost(bench_cache):
+    """A sampled plain row (temperature 1, seeded: every round draws the same tokens) and its
+    cost over greedy plain decoding as a ratio with the 0.95 target."""
+    m = matrix.tiny(n_gen=24, reps=2, peers=False, sampled=True)
+    res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+    by = {(r.method, r.prompt): r for r in rows_of(res)}
+    row = by[("specdec plain t1", "bigram")]
+    assert row.tok_s > 0 and row.temperature == 1.0 and row.family == "plain" and row.check == ""
+    assert by[("specdec plain", "bigram")].check == "ref"
+    cost = res["ratios"]["mtp-tiny-90: specdec plain t1 / specdec plain"]
+    assert cost["kind"] == "sampling-cost" and cost["target"] == 0.95 and not cost["tracked"]
 
 
 def test_unavailable_peer_gets_a_row_saying_why(bench_cache):
@@ -247,6 +261,11 @@ def test_matrices_cover_the_issue():
     for m in (q, f):
         gemma = next(c for c in m.cases if c.name == "gemma3-270m")
         assert {x.n_max for x in gemma.methods if x.family == "oracle"} == {2, 4, 8, 16}
+        # llama.cpp's ngram-simple defaults (key 12, drafts of 48) beside the short keys, and
+        # sampled plain decoding at OpenAI's default temperature
+        assert matrix.LLAMA_NGRAM_DEFAULT in gemma.methods
+        assert matrix.SAMPLED_PLAIN in gemma.methods
+        assert matrix.SAMPLED_PLAIN.label == "specdec plain t1"
     for case in f.cases:
         # (the oracle, the harness's ceiling, runs at fixed draft lengths only)
         ours = [x for x in case.methods if x.side == "specdec" and x.family not in ("plain", "oracle")]
@@ -386,3 +405,21 @@ def test_spec_simple_runs_again_when_its_log_lost_the_counters(monkeypatch):
     with pytest.raises(RuntimeError, match="no complete summary"):
         run.run_spec_simple("m.gguf", "hi", 20, spec_type="ngram-mod", n_max=3)
     assert len(calls) == run.LOST_LOG_RETRIES + 1
+
+
+def test_a_drafter_above_the_oracle_is_a_failure_not_a_ratio():
+    """A share of the oracle above 100% means the oracle was no ceiling: a failed check in
+    the results and the report, and no oracle-share ratio."""
+    from specdec.benchmark.runner import Row
+
+    def row(method, family, tok_s, n_max=0, side="specdec"):
+        return Row("c", "p", "code", method, side, family, family, n_max, tok_s=tok_s)
+
+    rows = [row("specdec plain", "plain", 10.0), row("specdec oracle n4", "oracle", 20.0, 4),
+            row("specdec ngram n3", "ngram", 25.0, 3), row("specdec suffix n4", "suffix", 15.0, 4),
+            row("llama.cpp ngram-simple n3", "ngram", 30.0, 3, side="llama.cpp")]
+    res = report.finalize({"rows": [r.to_dict() for r in rows]})
+    assert res["failures"] == ["c / p / specdec ngram n3: 125% of the oracle (above its ceiling)"]
+    assert "c: specdec ngram best fixed / oracle best" not in res["ratios"]
+    assert res["ratios"]["c: specdec suffix best fixed / oracle best"]["value"] == pytest.approx(0.75)
+    assert report.ceiling_failures(rows) == res["failures"]

@@ -30,10 +30,11 @@ class Method:
     adaptive: bool = False
     extra: Tuple[str, ...] = ()      # llama.cpp flags
     exact: bool = False              # specdec exact mode (batch-invariant kernels), timed
+    temperature: float = 0.0         # specdec: sampled decoding at this temperature (0: greedy)
 
     @property
     def label(self) -> str:
-        tag = " exact" if self.exact else ""
+        tag = (" exact" if self.exact else "") + (f" t{self.temperature:g}" if self.temperature else "")
         if self.family == "greedy":      # a peer's plain decoding that samples (llama-simple)
             return f"{self.side} {self.drafter} greedy"
         if self.family == "plain":
@@ -89,6 +90,9 @@ ORACLE_TIMED = tuple(Method(SPECDEC, "oracle", "oracle", n) for n in (2, 4, 8, 1
 
 
 PLAIN = Method(SPECDEC, "plain")
+# sampled plain decoding at OpenAI's default temperature (what a client that sends none gets):
+# its cost over greedy plain is the sampler's (ratio kind "sampling-cost")
+SAMPLED_PLAIN = Method(SPECDEC, "plain", temperature=1.0)
 LLAMA_PLAIN = Method(LLAMA_CPP, "plain", "llama-bench")
 LCP_PLAIN = Method(LCP, "plain", "plain")
 # llama.cpp's plain decoding that samples (greedy) on each prompt, as specdec plain does;
@@ -106,6 +110,13 @@ _LLAMA_EXTRA = {"ngram-simple": ("--spec-ngram-simple-size-n", "3"),
 
 def _llama_ngram(n_max: int, mode: str = "ngram-simple") -> Method:
     return Method(LLAMA_CPP, _LLAMA_FAMILY[mode], mode, n_max, extra=_LLAMA_EXTRA.get(mode, ()))
+
+
+# llama.cpp's own defaults for ngram-simple: a 12-token key, drafts of up to 48 tokens. On long
+# verbatim repeats (code that restates itself) the long key finds the right occurrence and the
+# long draft rides it: there it beats the short keys above, so both are peers
+LLAMA_NGRAM_DEFAULT = Method(LLAMA_CPP, "ngram", "ngram-simple", 48,
+                             extra=("--spec-ngram-simple-size-n", "12"))
 
 
 def _pick(names: List[str]) -> Tuple[Prompt, ...]:
@@ -216,7 +227,8 @@ def quick() -> Matrix:
                   _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
                   _s("suffix", "suffix", 16, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
-                  LCP_PLAIN, Method(LCP, "ngram", "pld", 2)) + EXACT + ORACLE_TIMED,
+                  LLAMA_NGRAM_DEFAULT, LCP_PLAIN, Method(LCP, "ngram", "pld", 2), SAMPLED_PLAIN)
+                 + EXACT + ORACLE_TIMED,
                  n_gen=128)
     # the best fixed n_max in the full sweep (2026-11-22, 2 cores): 3 at 90%, 2 at 70%, 1 at 50%;
     # Q8_0 at 70% only (the full matrix has every level in both weight types)
@@ -259,12 +271,12 @@ def full() -> Matrix:
         # suffix drafts long runs when the text repeats: its policy may go to 16
         s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, 16 if fam == "suffix" else 8,
                                                         adaptive=True)]
-    s += [_llama_ngram(n) for n in (3, 4, 6)]
+    s += [_llama_ngram(n) for n in (3, 4, 6)] + [LLAMA_NGRAM_DEFAULT]
     s += [_llama_ngram(n, "ngram-map-k") for n in (3, 4, 6)]
     s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]
     s += [Method(LLAMA_CPP, "ngram-cache", "ngram-cache", n) for n in (3, 4)]
     s += [LCP_PLAIN] + [Method(LCP, "ngram", "pld", n) for n in (2, 3, 10)]
-    s += EXACT + ORACLE_TIMED
+    s += (SAMPLED_PLAIN,) + EXACT + ORACLE_TIMED
     gemma = Case("gemma3-270m", "gemma", tuple(all_prompts()), tuple(s), n_gen=256)
     # layer-skip draft: the first 14 of gemma's 18 layers. 6 or 10 layers are never accepted
     # (0% on every side); 14 is (~80%), though on a model this small it costs nearly a full pass
@@ -288,10 +300,12 @@ def full() -> Matrix:
 
 
 def tiny(n_gen: int = 128, reps: int = 3, peers: bool = True, interleave: int = 0,
-         exact: bool = False, oracle: bool = False) -> Matrix:
-    """The tiny bigram model, plain and MTP (and MTP in exact mode, timed oracle rows): for
-    tests of the runner, report and gate."""
+         exact: bool = False, oracle: bool = False, sampled: bool = False) -> Matrix:
+    """The tiny bigram model, plain and MTP (and MTP in exact mode, timed oracle rows, sampled
+    plain decoding): for tests of the runner, report and gate."""
     methods = [PLAIN, _s("mtp", "mtp", 2)] + ([_s("mtp", "mtp", 2, exact=True)] if exact else [])
+    if sampled:
+        methods.append(SAMPLED_PLAIN)
     if oracle:
         methods += [m for m in ORACLE_TIMED if m.n_max <= 4]
     if interleave:
@@ -340,4 +354,4 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 __all__ = ["Case", "Matrix", "Method", "UnknownCase", "get", "ci", "quick", "full", "gpu", "tiny",
            "select", "override", "QUICK_MINUTES",
-           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "RPC_DELAYS_MS"]
+           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "SAMPLED_PLAIN", "RPC_DELAYS_MS"]

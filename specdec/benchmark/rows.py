@@ -32,6 +32,7 @@ class Row:
     n_max: int = 0
     adaptive: bool = False
     exact: bool = False
+    temperature: float = 0.0           # sampled rows: their temperature (0: greedy)
     tok_s: float = 0.0
     tok_s_runs: List[float] = field(default_factory=list)
     drafted: int = 0
