@@ -92,10 +92,12 @@ def _is_error(out, status):
 
 HOSTILE = [
     ("nested arrays", b"[" * 100000 + b"]" * 100000, 400),
-    ("nested objects", b'{"a":' * 100000 + b"1" + b"}" * 100000, 400),
+    ("nested objects", b'{"a":' * 10000 + b"1" + b"}" * 10000, 400),
+    ("too many members", json.dumps({"messages": HELLO, "x": [{"a": 1}] * 20000}).encode(), 413),
     ("nested kwargs", json.dumps({"messages": HELLO, "chat_template_kwargs": {
         "x": _nested(100)}}).encode(), 400),
-    ("too many messages", json.dumps({"messages": HELLO * (MAX_MESSAGES + 1)}).encode(), 400),
+    ("too many messages", json.dumps({"messages": [{"role": "user"}] * (MAX_MESSAGES + 1)}).encode(),
+     400),
     ("messages kwarg", json.dumps({"messages": HELLO, "chat_template_kwargs": {
         "messages": [{"role": "user", "content": "x"}]}}).encode(), 400),
     ("add_generation_prompt kwarg", json.dumps({"messages": HELLO, "chat_template_kwargs": {
@@ -148,7 +150,7 @@ def test_health_answers_while_hostile_requests_run(server):
     print(f"\n/health during hostile requests: {len(lat)} answers, median "
           f"{1e3 * lat[len(lat) // 2]:.1f} ms, max {1e3 * lat[-1]:.1f} ms (idle: median "
           f"{1e3 * idle[10]:.1f} ms, max {1e3 * idle[-1]:.1f} ms)")
-    assert out and all(s == 400 for s in out), out
+    assert out and all(s in (400, 413) for s in out), out
     assert len(lat) >= 10
     assert lat[len(lat) // 2] < 0.1
     assert lat[-1] < 0.5   # a shared 2-core machine; the median holds the 100 ms bound

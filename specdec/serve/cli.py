@@ -96,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
 
         from . import EngineBackend, create_app
         from .app import ACCESS_LOG
+        from .limits import SWITCH_INTERVAL_S
     except ImportError as e:
         print(f"specdec serve needs the serve extra: pip install 'specdec[serve]' ({e})",
               file=sys.stderr)
@@ -105,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     path = _model_path(args)
     names = args.served_model_name or [Path(path).stem]
+    # the event loop waits for the GIL behind the workers' templates (see limits.py)
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     limits = TemplateLimits(seconds=args.chat_template_timeout,
                             max_chars=args.chat_template_max_chars)
     backend = EngineBackend(engine(path, args))

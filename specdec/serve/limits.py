@@ -6,14 +6,19 @@ JSON parser raise ``RecursionError``, 20,000 tiny messages make a chat template 
 minute, and the tokenizer then reads what the template wrote. So a body is parsed, and a
 chat rendered and tokenized, on worker threads (:class:`OffLoop`), each step bounded:
 
-- the body: at most ``MAX_BODY`` bytes and ``MAX_JSON_VALUES`` values (413), nested at
-  most ``MAX_JSON_DEPTH`` deep (400);
+- the body: at most ``MAX_BODY`` bytes, ``MAX_JSON_VALUES`` values and ``MAX_JSON_MEMBERS``
+  object members (413), nested at most ``MAX_JSON_DEPTH`` deep (400);
 - the chat: at most ``MAX_MESSAGES`` messages (400); the template's time and output size are
   bounded by :class:`specdec.chat.TemplateLimits` (``--chat-template-timeout``,
   ``--chat-template-max-chars``), a failure is a 400.
 
 Every refusal is an :class:`~specdec.serve.protocol.APIError` in OpenAI's shape, with a
 message written for the client.
+
+The workers hold the GIL while they run Python (a template) or parse JSON; ``specdec serve``
+sets the interpreter's switch interval to ``SWITCH_INTERVAL_S`` (Python's default is 5 ms)
+so that the event loop, which needs the GIL a few times per request, waits at most that long
+each time.
 """
 from __future__ import annotations
 
@@ -33,10 +38,15 @@ MAX_JSON_DEPTH = 64
 #: event loop) for a quarter of a second; a text with this many separators is more tokens
 #: than a context holds anyway
 MAX_JSON_VALUES = 1 << 18
+#: the most object members (``:``, strings' included): an object costs the parser several
+#: times what a number in an array does; 16,384 hold MAX_MESSAGES messages of a few fields
+MAX_JSON_MEMBERS = 1 << 14
 #: the most messages in one chat request
 MAX_MESSAGES = 4096
 #: threads that parse bodies and render and tokenize prompts
 WORKERS = 2
+#: the GIL switch interval of the server's process (seconds)
+SWITCH_INTERVAL_S = 0.001
 
 T = TypeVar("T")
 
@@ -62,10 +72,11 @@ def json_depth(value: Any, limit: int) -> int:
 def parse_body(data: bytes) -> Any:
     """A request body as JSON, or a 400/413 that says why not (invalid, nested too deeply,
     too many values)."""
-    n = sum(data.count(c) for c in (b",", b":", b"[", b"{"))
-    if n > MAX_JSON_VALUES:
-        raise APIError(413, f"the request body has over {MAX_JSON_VALUES} JSON values",
-                       code="body_too_large")
+    members = data.count(b":")
+    n = members + sum(data.count(c) for c in (b",", b"[", b"{"))
+    if n > MAX_JSON_VALUES or members > MAX_JSON_MEMBERS:
+        raise APIError(413, f"the request body has over {MAX_JSON_VALUES} JSON values or "
+                       f"{MAX_JSON_MEMBERS} object members", code="body_too_large")
     try:
         value = json.loads(data)
     except RecursionError:
