@@ -23,6 +23,7 @@ from ._gguf_check import GGUFError
 from .api import Decoder, Stream, generate, stream
 from .engine import AsyncStream, Engine, EngineClosed, RequestHandle
 from .config import Sampling, SpecConfig
+from .constraint import Constraint
 from .drafters import Drafter, DrafterError, register
 from .models import ModelNotAvailable, default_model_path
 from .probe import check_model
@@ -31,7 +32,8 @@ from .results import GenerationResult, Piece, Stats, TokenLogprob
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncStream", "Batch", "Context", "ContextBusyError", "ContextFullError", "DecodeError",
+    "AsyncStream", "Batch", "Constraint", "Context", "ContextBusyError", "ContextFullError",
+    "DecodeError",
     "DecodeTimeoutError", "Decoder", "Engine", "EngineClosed", "Piece", "RequestHandle", "TokenLogprob",
     "Drafter", "DrafterError", "GGUFError", "GenerationResult", "LlamaAbortError", "Model",
     "ModelNotAvailable", "RPCError", "Sampling", "SpecConfig", "Stats", "Stream", "TargetView",

@@ -9,6 +9,7 @@ from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, N_PARTS
 from ._output cimport TextOutput
 from ._verify cimport Verifier
+from ._grammar cimport GrammarState
 from .drafters._base cimport Draft, Asks
 
 
@@ -16,6 +17,7 @@ cdef enum DraftKind:
     NO_DRAFT = 0    # the round verifies the pending token only
     DRAFTED = 1     # a drafter's proposal (``proposer``: its index in the sequence's drafters)
     FILLER = 2      # exact mode: a free guess (the pending token again) filling the batch
+    FORCED = 3      # the tokens the sequence's grammar forces, no drafter's proposal
 
 
 cdef class _Seq:
@@ -40,6 +42,8 @@ cdef class _Seq:
     cdef Draft draft
     cdef DraftKind kind
     cdef int proposer
+    cdef GrammarState grammar    # what the output must match (None: anything)
+    cdef int n_forced        # draft tokens the grammar forced this round (they lead it)
     cdef int row0            # batch index of ``last`` in the current verify batch (-1: none)
     cdef int k_want, k_cap   # this round: drafts the policy wants, and the cap asked for
     cdef double p_stop       # this round: the policy's confidence floor for the drafter

@@ -5,6 +5,7 @@ import numpy as np
 from ._core import Context, Model
 from ._policy import DraftPolicy
 from .drafters import Drafter
+from ._grammar import GrammarState
 
 Logprobs = List[Tuple[float, List[Tuple[int, float]]]]
 
@@ -41,7 +42,8 @@ class Controller:
              logprobs: int = -1, reuse: bool = False, defer: bool = False,
              repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
              frequency_penalty: float = 0.0,
-             logit_bias: Sequence[Tuple[int, float]] = ()) -> int: ...
+             logit_bias: Sequence[Tuple[int, float]] = (),
+             grammar: Optional[GrammarState] = None) -> int: ...
     def prefill(self, seq: int, max_tokens: int = 0) -> bool: ...
     def is_prefilling(self, seq: int) -> bool: ...
     def leave(self, seq: int, *, keep: bool = False) -> None: ...

@@ -41,6 +41,7 @@ from ._policy cimport DraftPolicy, BatchCost
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
 from ._verify cimport Verifier
+from ._grammar cimport GrammarState
 from .drafters._base cimport Drafter, Draft, Asks
 
 
@@ -172,7 +173,8 @@ cdef class Controller:
              int top_k=0, float top_p=1.0, float min_p=0.0, stop=(), stop_ids=(),
              drafters=None, int n_max=0, int n_min=0, DraftPolicy policy=None, int logprobs=-1,
              bint reuse=False, bint defer=False, float repetition_penalty=1.0,
-             float presence_penalty=0.0, float frequency_penalty=0.0, logit_bias=()) -> int:
+             float presence_penalty=0.0, float frequency_penalty=0.0, logit_bias=(),
+             GrammarState grammar=None) -> int:
         """Begin a request on free slot ``seq``: decode its prompt and sample the first token.
 
         ``prompt``: checked token ids. ``drafters``: a subset of the controller's, tried
@@ -184,7 +186,8 @@ cdef class Controller:
         yet; ``prefill`` decodes the prompt a chunk at a time, and rounds leave the
         sequence out until it is all in. Returns the number of prompt tokens to decode.
         The penalties and ``logit_bias`` (checked ``(token, bias)`` pairs) transform each
-        verify row for its history (see ``_penalty.pyx``).
+        verify row for its history (see ``_penalty.pyx``). ``grammar``: a fresh
+        ``GrammarState`` the output must match (``specdec.constraint``).
         """
         self.ctx._alive()
         cdef _Seq s = self._seq(seq)
@@ -221,6 +224,8 @@ cdef class Controller:
                         logit_bias=logit_bias)
         if not s.pen.active:
             s.pen = None
+        s.grammar = grammar
+        s.n_forced = 0
         s.out = TextOutput(self.model, max_tokens, stop, logprobs, stop_ids)
         self.errors.pop(seq, None)
         s.kind = NO_DRAFT
@@ -484,6 +489,7 @@ cdef class Controller:
             s.prefilling = False
             self._save_window(s)
             self.verifier.pen = s.pen
+            self.verifier.grammar = s.grammar
             s.last = self.verifier.sample(m - 1, s.greedy, s.sp, s.rng)
             self._emit(s, s.last, m - 1)
         t0 = now() - t0
@@ -516,6 +522,7 @@ cdef class Controller:
         for s in seqs:
             s.draft.clear()
             s.kind = NO_DRAFT
+            s.n_forced = 0
             s.t_asked = 0.0
             if s.k_cap > 0 and s.n_drafters > 0:
                 pending.append(s)
@@ -556,6 +563,15 @@ cdef class Controller:
                         s.draft.clear()
                         pending.append(s)
             level += 1
+        for s in seqs:
+            if s.grammar is not None and s.k_cap > 0 and s.out.finish == RUNNING:
+                # the grammar's forced tokens lead the draft, which ends before its first
+                # token the grammar refuses (the grammar is after ``last``: verify row 0)
+                s.n_forced = s.grammar.fit_draft_c(s.draft, s.k_cap)
+                if s.draft.tokens.size() == 0:
+                    s.kind = NO_DRAFT
+                elif s.kind == NO_DRAFT or s.grammar.replaced:
+                    s.kind = FORCED
         return 0
 
     def step(self) -> int:
@@ -597,6 +613,7 @@ cdef class Controller:
             if s.k_cap == s.k_want:
                 s.policy.observe_draft_time(s.k_cap, s.t_asked)
             s.k = s.policy.choose(s.draft.tokens.size(), s.t_asked)
+            s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
             s.pred_e = s.policy.predicted_tokens
             s.pred_t = s.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
@@ -793,6 +810,7 @@ cdef class Controller:
             self.ctx.prepare_logits_c(s.row0 + s.a, 2)
             t_head = lap(&self.clock, T_HEAD)
             self.verifier.pen = s.pen
+            self.verifier.grammar = s.grammar
             z = self.verifier.sample(s.row0 + s.a + 1, s.greedy, s.sp, s.rng)
             s.n_past += 1
             s.mem.push_back(s.last)
@@ -822,6 +840,7 @@ cdef class Controller:
             if not self.ctx.seq_rm_c(s.id, s.n_past + 1 + k, -1):
                 raise RuntimeError("could not drop the padding rows")
         self.verifier.pen = s.pen
+        self.verifier.grammar = s.grammar
         if s.greedy:
             a = self.verifier.greedy(s.row0, s.draft, k, &y)
         else:
@@ -856,7 +875,7 @@ cdef class Controller:
                 d.accept_c(s.id, a)
         lap(&self.clock, T_DRAFT)
         s.n_past = keep
-        if s.kind == DRAFTED:       # the exact-mode filler guess is not a draft
+        if s.kind == DRAFTED or s.kind == FORCED:   # the exact-mode filler is not a draft
             self._count(s, k, a)
             self._on_verified(s, keep - 1 - a, k, a)
         s.t_v = t_v
@@ -907,7 +926,7 @@ cdef class Controller:
 
     cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1:
         """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
-        if s.kind == FILLER:
+        if s.kind == FILLER or s.kind == FORCED:     # no drafter's proposal
             return 0
         s.policy.observe(k, a, s.t_v)
         s.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)

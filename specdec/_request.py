@@ -16,6 +16,7 @@ import numpy as np
 
 from ._core import ContextFullError, Model
 from .config import SAMPLING_OPTIONS, Sampling
+from .constraint import Constraint
 from .refused import REFUSED, TEMPLATE_VARIABLES, refusal
 from .results import GenerationResult, Piece, Stats, TokenLogprob
 
@@ -135,11 +136,12 @@ class Request:
     stops: Tuple[str, ...]
     logprobs: int            # -1: none
     stop_ids: Tuple[int, ...] = ()
+    grammar: Any = None      # a fresh GrammarState the output must match (one per request)
 
     @classmethod
     def make(cls, model: Model, n_ctx_seq: int, prompt: Prompt, max_tokens: Any,
              sampling: SamplingSpec, stop: StopSpec, logprobs: Any = None,
-             stop_token_ids: Any = None) -> "Request":
+             stop_token_ids: Any = None, constraint: Optional[Constraint] = None) -> "Request":
         s = Sampling.resolve(sampling)
         for t, _ in s.logit_bias:
             token_id(model, t, "logit_bias")
@@ -147,7 +149,8 @@ class Request:
         return cls(prompt=check_prompt(model, prompt, n_ctx_seq),
                    max_tokens=check_max_tokens(max_tokens), sampling=s, seed=seed,
                    stops=tuple(stop_list(stop)), logprobs=check_logprobs(logprobs),
-                   stop_ids=tuple(stop_id_list(model, stop_token_ids)))
+                   stop_ids=tuple(stop_id_list(model, stop_token_ids)),
+                   grammar=constraint.compile(model).state() if constraint is not None else None)
 
     def join_args(self, seed_offset: int = 0) -> Dict[str, Any]:
         s = self.sampling
@@ -156,7 +159,7 @@ class Request:
                     stop=[x.encode("utf-8") for x in self.stops], stop_ids=list(self.stop_ids),
                     logprobs=self.logprobs, repetition_penalty=s.repetition_penalty,
                     presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-                    logit_bias=s.logit_bias)
+                    logit_bias=s.logit_bias, grammar=self.grammar)
 
 
 def logprob_list(raw: Optional[List[Any]]) -> Optional[List[TokenLogprob]]:

@@ -1,9 +1,11 @@
 # cython: language_level=3
 from libc.stdint cimport int32_t
+from libcpp.vector cimport vector
 from ._core cimport Context
 from ._sampling cimport SamplingParams, Rng, Distribution
 from ._penalty cimport Penalty
 from ._timing cimport Clock
+from ._grammar cimport GrammarState
 from .drafters._base cimport Draft
 
 
@@ -13,7 +15,11 @@ cdef class Verifier:
     cdef Distribution dist
     cdef Clock * clock
     cdef Penalty pen         # the verified sequence's penalties and bias (None: none)
+    cdef GrammarState grammar    # the verified sequence's grammar (None: unconstrained)
+    cdef vector[int32_t] q_ids   # a draft position's distribution under the grammar
+    cdef vector[float] q_probs
 
+    cdef float * row_logits(self, int row) except NULL
     cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
                         const int32_t * before=*, int n_before=*) except -1
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1
@@ -23,6 +29,7 @@ cdef class Verifier:
                            int n_before) except -1
     cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
     cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil
+    cdef float _mask_q(self, Draft draft, int pos) except? -1
     # hooks for tests (specdec._checks overrides them); the defaults cost a virtual call
     cdef bint _accepts(self, double u, float px, float qx) noexcept
     cdef int _on_argmax(self, int row, int32_t y) except -1

@@ -36,6 +36,7 @@ from ._core cimport Context
 from ._sampling cimport SamplingParams, Rng, Distribution, argmax
 from ._penalty cimport Penalty
 from ._timing cimport Clock, lap, T_HEAD, T_VERIFY
+from ._grammar cimport GrammarState
 from .drafters._base cimport Draft
 
 
@@ -52,13 +53,22 @@ cdef class Verifier:
         self.dist = Distribution()
         self.clock = NULL
 
-    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
-                        const int32_t * before=NULL, int n_before=0) except -1:
-        """The target's token at ``row`` (argmax, or a draw from ``p``); ``before``: the
-        draft tokens between the output and this row (for penalties)."""
+    cdef float * row_logits(self, int row) except NULL:
+        """The logits of batch ``row`` as verification sees them: masked by the sequence's
+        grammar (in place; its state is the one after the tokens before the row)."""
         cdef float * lg = self.ctx.logits_c(row)
         if lg == NULL:
             raise RuntimeError(f"no logits at batch row {row}")
+        if self.grammar is not None:
+            self.grammar.mask_c(lg)
+        return lg
+
+    cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
+                        const int32_t * before=NULL, int n_before=0) except -1:
+        """The target's token at ``row`` (argmax, or a draw from ``p``); ``before``: the
+        draft tokens between the output and this row (for penalties). The grammar, if any,
+        goes on with it."""
+        cdef float * lg = self.row_logits(row)
         cdef int32_t y
         if self.pen is not None:
             self.pen.apply(lg, before, n_before)
@@ -66,12 +76,15 @@ cdef class Verifier:
             if greedy:
                 y = argmax(lg, self.n_vocab)
                 self._on_argmax(row, y)
-                return y
-            self.dist.from_logits(lg, self.n_vocab, sp)
-            return self.dist.sample(rng)
+            else:
+                self.dist.from_logits(lg, self.n_vocab, sp)
+                y = self.dist.sample(rng)
         finally:
             if self.pen is not None:
                 self.pen.restore(lg)
+        if self.grammar is not None:
+            self.grammar.advance_c(y)
+        return y
 
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1:
         """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``."""
@@ -96,11 +109,20 @@ cdef class Verifier:
             self._distribution(row0 + a, sp, draft.tokens.data(), a)
             x = draft.tokens[a]
             px = self.dist.prob_of(x)
-            qx = self._q(draft, a, x)
+            if self.grammar is not None:
+                qx = self._mask_q(draft, a)
+            else:
+                qx = self._q(draft, a, x)
             if self._accepts(rng.uniform(), px, qx):
+                if self.grammar is not None:
+                    self.grammar.advance_c(x)
                 a += 1
                 continue
-            if draft.has_probs:
+            if self.grammar is not None:
+                y[0] = self.dist.sample_residual(rng, self.q_ids.data(), self.q_probs.data(),
+                                                 self.q_ids.size())
+                self.grammar.advance_c(y[0])
+            elif draft.has_probs:
                 y[0] = self.dist.sample_residual(
                     rng, draft.q_ids.data() + draft.q_off[a], draft.q_probs.data() + draft.q_off[a],
                     draft.q_off[a + 1] - draft.q_off[a])
@@ -113,8 +135,9 @@ cdef class Verifier:
 
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1:
-        """``dist`` := the target's distribution at ``row`` (penalised for its history)."""
-        cdef float * lg = self.ctx.logits_c(row)
+        """``dist`` := the target's distribution at ``row`` (masked by the grammar, penalised
+        for its history)."""
+        cdef float * lg = self.row_logits(row)
         if self.pen is None:
             return self.dist.from_logits(lg, self.n_vocab, sp)
         self.pen.apply(lg, before, n_before)
@@ -150,6 +173,40 @@ cdef class Verifier:
             if draft.q_ids[j] == x:
                 return draft.q_probs[j]
         return 1.0
+
+    cdef float _mask_q(self, Draft draft, int pos) except? -1:
+        """The draft's distribution at ``pos`` under the grammar's last mask, renormalised
+        (a draft cut at the grammar's first refusal is drawn from it), into ``q_ids`` /
+        ``q_probs``; returns q of the drafted token (0: the grammar refuses it)."""
+        cdef int j
+        cdef int32_t x = draft.tokens[pos]
+        cdef double z = 0.0
+        self.q_ids.clear()
+        self.q_probs.clear()
+        if not draft.has_probs:
+            if self.grammar.allowed_c(x):
+                self.q_ids.push_back(x)
+                self.q_probs.push_back(1.0)
+                return 1.0
+            return 0.0
+        for j in range(draft.q_off[pos], draft.q_off[pos + 1]):
+            if self.grammar.allowed_c(draft.q_ids[j]):
+                self.q_ids.push_back(draft.q_ids[j])
+                self.q_probs.push_back(draft.q_probs[j])
+                z += draft.q_probs[j]
+        cdef float qx = 0.0
+        for j in range(<int>self.q_ids.size()):
+            self.q_probs[j] = self.q_probs[j] / z
+            if self.q_ids[j] == x:
+                qx = self.q_probs[j]
+        if qx == 0.0 and self.grammar.allowed_c(x):
+            # a drafted token its sparse q does not list counts as certain (``_q``)
+            self.q_ids.clear()
+            self.q_probs.clear()
+            self.q_ids.push_back(x)
+            self.q_probs.push_back(1.0)
+            return 1.0
+        return qx
 
     cdef bint _accepts(self, double u, float px, float qx) noexcept:
         return u < px / qx

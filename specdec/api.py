@@ -16,6 +16,7 @@ from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, ma
                      make_drafters, needs_hidden_rows)
 from .chat import ChatPrompt, chat_prompt
 from .config import SAMPLING_OPTIONS, Sampling, SpecConfig
+from .constraint import Constraint, take_options
 from .drafters import Drafter
 from .openai_face import CompletionMethods, decoder_call
 from .placement import Placement
@@ -231,15 +232,17 @@ class Decoder(CompletionMethods):
         return tokenize(self.model, prompt)
 
     def _begin(self, prompts: List[Prompt], max_tokens: int, sampling: SamplingSpec,
-               stop: StopSpec, logprobs: Any = None, stop_token_ids: Any = None) -> List[int]:
+               stop: StopSpec, logprobs: Any = None, stop_token_ids: Any = None,
+               constraint: Optional[Mapping[str, Any]] = None) -> List[int]:
         """Check the requests, then join them on sequences 0..n-1; returns those sequences."""
         if not prompts:
             raise ValueError("no prompts")
         if len(prompts) > self.ctx.n_seq_max:
             raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
                              f"{self.ctx.n_seq_max}")
+        con = Constraint.of(constraint or {})
         reqs = [Request.make(self.model, self._ctl.n_ctx_seq, p, max_tokens, sampling, stop,
-                             logprobs, stop_token_ids) for p in prompts]
+                             logprobs, stop_token_ids, con) for p in prompts]
         # the adaptive policy learns over this decoder's requests (greedy and sampled
         # verification accept differently, so each keeps its own)
         greedy = reqs[0].sampling.greedy
@@ -297,7 +300,7 @@ class Decoder(CompletionMethods):
 
     def generate(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                  stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
-                 stop_token_ids: Sequence[int] = (), **sampling_options: Any
+                 stop_token_ids: Sequence[int] = (), **options: Any
                  ) -> GenerationResult:
         """Generate up to ``max_tokens`` tokens after ``prompt`` (text or token ids).
 
@@ -309,12 +312,16 @@ class Decoder(CompletionMethods):
 
         ``sampling``: a :class:`Sampling` (or a dict of its fields); or, instead, its fields
         as keywords (``config.SAMPLING_OPTIONS``: ``temperature``, ``top_k``, ``top_p``,
-        ``min_p``, ``seed``, the penalties, ``logit_bias``). Giving both is a ``ValueError``."""
-        sampling = Sampling.resolve(sampling, **sampling_options)
+        ``min_p``, ``seed``, the penalties, ``logit_bias``). Giving both is a ``ValueError``.
+        The constraint keywords say what the text must match, one of ``grammar=`` (GBNF),
+        ``json_schema=`` (a dict or a pydantic model class), ``regex=``, ``choices=[...]``,
+        ``lark=`` (:class:`specdec.Constraint`)."""
+        con = take_options(options)
+        sampling = Sampling.resolve(sampling, **options)
         self._acquire()
         try:
             self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs,
-                                      stop_token_ids))
+                                      stop_token_ids, con))
             return self._result()
         finally:
             self._lock.release()
@@ -322,15 +329,16 @@ class Decoder(CompletionMethods):
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
                        sampling: SamplingSpec = None, stop: StopSpec = (),
                        logprobs: Union[bool, int, None] = None,
-                       stop_token_ids: Sequence[int] = (), **sampling_options: Any
+                       stop_token_ids: Sequence[int] = (), **options: Any
                        ) -> List[GenerationResult]:
         """Several prompts at once, verified together in one batch per round (a seeded
         ``sampling`` gives prompt i the seed ``seed + i``); options as for :meth:`generate`."""
-        sampling = Sampling.resolve(sampling, **sampling_options)
+        con = take_options(options)
+        sampling = Sampling.resolve(sampling, **options)
         self._acquire()
         try:
             seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs,
-                               stop_token_ids)
+                               stop_token_ids, con)
             self._run_all(seqs)
             return [self._result(i) for i in seqs]
         finally:
@@ -338,14 +346,15 @@ class Decoder(CompletionMethods):
 
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
-               stop_token_ids: Sequence[int] = (), **sampling_options: Any) -> "Stream":
+               stop_token_ids: Sequence[int] = (), **options: Any) -> "Stream":
         """Text pieces as they are accepted; ``.result`` holds the full result at the end
         (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead). Options
         as for :meth:`generate`."""
-        sampling = Sampling.resolve(sampling, **sampling_options)
+        con = take_options(options)
+        sampling = Sampling.resolve(sampling, **options)
         self._acquire()
         try:
-            self._begin([prompt], max_tokens, sampling, stop, logprobs, stop_token_ids)
+            self._begin([prompt], max_tokens, sampling, stop, logprobs, stop_token_ids, con)
             st = Stream(self)
         except BaseException:
             self._lock.release()
@@ -359,22 +368,24 @@ class Decoder(CompletionMethods):
              logprobs: Union[bool, int, None] = None, **options: Any) -> GenerationResult:
         """The assistant's reply to OpenAI-style ``messages``, rendered by the model's chat
         template (or ``chat_template``: Jinja source or a llama.cpp built-in name); it ends
-        at the template's end of turn. Other keywords: the sampling keywords of
-        :meth:`generate`, else variables for Jinja templates; a generation option specdec
-        does not honour (``grammar``, ``response_format``, ``tools``, ...: see
-        :mod:`specdec.refused`) is refused, not handed to the template."""
+        at the template's end of turn. Other keywords: the sampling and constraint keywords
+        of :meth:`generate`, else variables for Jinja templates; a generation option specdec
+        does not honour (``response_format``, ``tools``, ...: see :mod:`specdec.refused`) is
+        refused, not handed to the template."""
+        con = take_options(options)
         p, sampling, stops = self._chat_prompt(messages, sampling, stop, chat_template, options)
         return self.generate(p.tokens, max_tokens=max_tokens, sampling=sampling, stop=stops,
-                             logprobs=logprobs, stop_token_ids=p.stop_token_ids)
+                             logprobs=logprobs, stop_token_ids=p.stop_token_ids, **con)
 
     def stream_chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
                     sampling: SamplingSpec = None,
                     stop: Union[str, Iterable[str]] = (), chat_template: Optional[str] = None,
                     logprobs: Union[bool, int, None] = None, **options: Any) -> "Stream":
         """:meth:`chat`, streamed: text pieces as they are accepted."""
+        con = take_options(options)
         p, sampling, stops = self._chat_prompt(messages, sampling, stop, chat_template, options)
         return self.stream(p.tokens, max_tokens=max_tokens, sampling=sampling, stop=stops,
-                           logprobs=logprobs, stop_token_ids=p.stop_token_ids)
+                           logprobs=logprobs, stop_token_ids=p.stop_token_ids, **con)
 
     def _openai_call(self, kind: str, body: Dict[str, Any], chat_template: Optional[str]
                      ) -> Union[Dict[str, Any], Iterator[Dict[str, Any]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import re
@@ -19,10 +20,38 @@ def _add_generate(sub: argparse._SubParsersAction) -> None:
     _add_decoder_options(p)
     _add_sampling_options(p)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    _add_constraint_options(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--stream", action="store_true", help="print text as it is accepted")
     p.add_argument("--verbose", "-v", action="store_true", help="show llama.cpp's log")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bars")
+
+
+def _add_constraint_options(p: argparse.ArgumentParser) -> None:
+    """One option per field of :class:`specdec.Constraint` (at most one of them)."""
+    from .constraint import Constraint
+    g = p.add_argument_group("structured output (at most one; needs specdec[structured])")
+    for f in dataclasses.fields(Constraint):
+        kind, flag = f.metadata["cli"], "--" + f.name.replace("_", "-")
+        if kind == "file":
+            g.add_argument(flag, metavar="FILE", help=f"{f.metadata['help']}, read from FILE")
+        elif kind == "list":
+            g.add_argument(flag, action="append", metavar="TEXT", help=f.metadata["help"])
+        else:
+            g.add_argument(flag, metavar="TEXT", help=f.metadata["help"])
+
+
+def _constraint(args: argparse.Namespace) -> dict:
+    """The constraint options of ``specdec generate`` (files read)."""
+    from .constraint import Constraint
+    out = {}
+    for f in dataclasses.fields(Constraint):
+        v = getattr(args, f.name)
+        if v is not None and f.metadata["cli"] == "file":
+            with open(v, encoding="utf-8") as fh:
+                v = fh.read()
+        out[f.name] = v
+    return out
 
 
 def _add_model_option(p: argparse.ArgumentParser) -> None:
@@ -144,16 +173,19 @@ def _generate(args: argparse.Namespace) -> int:
         print(f"specdec: {e}", file=sys.stderr)
         return 2
     sampling = _sampling(args)
+    constraint = _constraint(args)
     dec = api.Decoder(model, **_decoder_options(args))
     if args.stream and not args.json:
-        st = dec.stream(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop)
+        st = dec.stream(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop,
+                        **constraint)
         for piece in st:
             sys.stdout.write(piece)
             sys.stdout.flush()
         sys.stdout.write("\n")
         res = st.result
     else:
-        res = dec.generate(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop)
+        res = dec.generate(prompt, max_tokens=args.max_tokens, sampling=sampling, stop=args.stop,
+                           **constraint)
     if args.json:
         out = res.to_dict()
         out["model"] = model

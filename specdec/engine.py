@@ -41,6 +41,7 @@ from ._request import Pieces, Prompt, Request, SamplingSpec, StopSpec, result as
 from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
                      make_drafters, needs_hidden_rows)
 from .config import Sampling, SpecConfig
+from .constraint import Constraint, take_options
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
 from .openai_face import CompletionMethods, engine_acall, engine_call
@@ -219,9 +220,9 @@ class Engine(CompletionMethods):
     def _make(self, prompt: Prompt, max_tokens: int, sampling: SamplingSpec, stop: StopSpec,
               drafter: Union[str, Sequence[str], None], n_max: Optional[int],
               logprobs: Any, timeout: Optional[float], stop_token_ids: Any,
-              loop: Optional[asyncio.AbstractEventLoop]) -> _State:
+              loop: Optional[asyncio.AbstractEventLoop], constraint: Dict[str, Any]) -> _State:
         req = Request.make(self.model, self.n_ctx, prompt, max_tokens, sampling, stop, logprobs,
-                           stop_token_ids)
+                           stop_token_ids, Constraint.of(constraint))
         chain = self._chain(drafter)
         if n_max is None:
             n_max = self.spec.n_max
@@ -244,7 +245,7 @@ class Engine(CompletionMethods):
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
                timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
-               **sampling_options: Any) -> RequestHandle:
+               **options: Any) -> RequestHandle:
         """Queue a request; thread-safe. Returns at once with its :class:`RequestHandle`.
 
         ``drafter``: a loaded drafter's name, a list of names (a chain), ``"plain"`` for
@@ -253,10 +254,13 @@ class Engine(CompletionMethods):
         ``timeout``: seconds from now; a request still running then ends with
         ``finish_reason == "timeout"`` and the text it had. ``stop`` and
         ``stop_token_ids`` as for :meth:`Decoder.generate`, and so are ``sampling`` and
-        its keyword shortcuts (``temperature=``, ``seed=``, ...). Bad options raise here.
+        its keyword shortcuts (``temperature=``, ``seed=``, ...) and the constraint options
+        (``grammar=``, ``json_schema=``, ``regex=``, ``choices=``, ``lark=``: see
+        :class:`specdec.Constraint`). Bad options raise here.
         """
-        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
-                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None)
+        con = take_options(options)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None, con)
         self._enqueue(state)
         return RequestHandle(state)
 
@@ -265,11 +269,12 @@ class Engine(CompletionMethods):
                        drafter: Union[str, Sequence[str], None] = None,
                        n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
                        timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
-                       **sampling_options: Any) -> GenerationResult:
+                       **options: Any) -> GenerationResult:
         """``await engine.generate(...)``: the options of :meth:`submit`. Cancelling the
         awaiting task cancels the request."""
-        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
-                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None)
+        con = take_options(options)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, None, con)
         self._enqueue(state)
         try:
             return await asyncio.wrap_future(state.future)
@@ -281,12 +286,13 @@ class Engine(CompletionMethods):
                stop: StopSpec = (), drafter: Union[str, Sequence[str], None] = None,
                n_max: Optional[int] = None, logprobs: Union[bool, int, None] = None,
                timeout: Optional[float] = None, stop_token_ids: Sequence[int] = (),
-               **sampling_options: Any) -> AsyncStream:
+               **options: Any) -> AsyncStream:
         """``async for piece in engine.stream(...)``: the options of :meth:`submit`; call it
         from a running event loop."""
         loop = asyncio.get_running_loop()
-        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **sampling_options),
-                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, loop)
+        con = take_options(options)
+        state = self._make(prompt, max_tokens, Sampling.resolve(sampling, **options),
+                           stop, drafter, n_max, logprobs, timeout, stop_token_ids, loop, con)
         self._enqueue(state)
         return AsyncStream(state)
 

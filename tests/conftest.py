@@ -70,6 +70,21 @@ def tiny_qwen35_nomtp_path(model_cache) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_bytes_path(model_cache) -> str:
+    """A tiny chat model of byte tokens (any grammar can be written in it) whose greedy text
+    after anything is "ab" then its end of text."""
+    from specdec.testing.chat import write_tiny_chat
+    return _cached(model_cache, "tiny-bytes.gguf", lambda p: write_tiny_chat(
+        p, "chatml", chat_template=None, reply="ab"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bytes(tiny_bytes_path):
+    import specdec
+    return specdec.Model(tiny_bytes_path)
+
+
+@pytest.fixture(scope="session")
 def bigram_tiny_path(model_cache) -> str:
     from specdec.testing import write_bigram_mtp_model
     return _cached(model_cache, "bigram-tiny.gguf", write_bigram_mtp_model)

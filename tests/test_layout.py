@@ -98,7 +98,7 @@ import sys
 class Absent:
     def find_spec(self, name, path=None, target=None):
         if name.startswith(("specdec.benchmark", "specdec.testing", "starlette", "uvicorn",
-                            "prometheus_client", "jinja2", "matplotlib")):
+                            "prometheus_client", "jinja2", "matplotlib", "llguidance")):
             raise ImportError(f"{name} is not installed")
 sys.meta_path.insert(0, Absent())
 """
@@ -113,6 +113,10 @@ for drafter in ("ngram", "suffix"):
     assert len(r.tokens) == 8, r.tokens
 assert specdec.cli.main(["cache", "list"]) == 0
 try:
+    specdec.Decoder({tiny_dense_path!r}, n_ctx=128).generate([1, 2], max_tokens=2, regex="a")
+except ImportError as e:
+    print("structured:", e)
+try:
     specdec.cli.main(["bench", "--help"])
 except ImportError as e:
     print("bench:", e)
@@ -120,6 +124,7 @@ except ImportError as e:
     p = _child(code)
     assert p.returncode == 0, p.stderr
     assert "bench: specdec.benchmark" in p.stdout      # only `specdec bench` needs the tooling
+    assert "structured: constrained output" in p.stdout and "specdec[structured]" in p.stdout
 
 
 def _installed_names(meson: Path) -> set[str]:

@@ -77,7 +77,7 @@ def test_decoder_sampling_keywords(dec):
 
 
 def test_chat_refuses_generation_options_for_the_template(dec):
-    for name in ("grammar", "response_format", "tools", "mirostat", "guided_json"):
+    for name in ("guided_regex", "response_format", "tools", "mirostat", "guided_json"):
         with pytest.raises(ValueError, match=f"'{name}'"):
             dec.chat(HELLO, max_tokens=4, **{name: {"x": 1}})
     # template variables still reach the template, sampling keywords the sampler

@@ -1,0 +1,21 @@
+# cython: language_level=3
+from libc.stdint cimport int32_t, uint32_t
+from libcpp.vector cimport vector
+from .drafters._base cimport Draft
+
+
+cdef class GrammarState:
+    cdef object matcher          # llguidance.LLMatcher of one request
+    cdef vector[uint32_t] bits   # the last mask computed (one bit per token id)
+    cdef int n_vocab
+    cdef int32_t eos             # allowed alone when the matcher fails mid-request
+    cdef readonly int n_masks    # rows masked so far
+    cdef readonly int n_forced   # tokens of drafts the grammar forced
+    cdef readonly int n_cut      # draft tokens the grammar refused before they were verified
+    cdef bint replaced           # the last fit_draft_c replaced the proposal by forced tokens
+    cdef readonly str error      # the matcher's error, if it failed mid-request
+
+    cdef int mask_c(self, float * logits) except -1
+    cdef bint allowed_c(self, int32_t tok) noexcept nogil
+    cdef int advance_c(self, int32_t tok) except -1
+    cdef int fit_draft_c(self, Draft draft, int k_cap) except -1

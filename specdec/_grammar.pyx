@@ -1,0 +1,160 @@
+# cython: language_level=3
+# distutils: language = c++
+"""A request's grammar during the round: it masks verify rows and shapes drafts.
+
+The constraint engine is llguidance (``LLMatcher``; compiled by ``specdec.constraint``).
+Its state follows the request's output: after ``last`` it gives the mask of verify row 0,
+after ``last, d1..di`` the mask of row ``i``. The verifier asks for one row's mask at a
+time (``mask_c``: one call into llguidance, which writes the bitmask into a preallocated
+buffer, then the logits outside the mask are set to -inf here, without the GIL) and
+advances the state by each token it keeps (``advance_c``); a rejected draft never
+entered the state, so nothing is rolled back after a verify. Greedy verification then
+takes the masked argmax, and sampled verification draws from the masked, renormalised
+distribution: the output is what plain constrained decoding gives, token for token in
+exact mode.
+
+Before a draft costs verify rows, ``fit_draft_c`` shapes it: the tokens the grammar
+forces from here (llguidance's fast-forward tokens: JSON keys and punctuation, a
+choice's fixed prefix) lead it, whatever the drafter proposed, and the draft is cut at
+its first token the grammar refuses. Forced tokens are verified like any draft, so the
+output law is unchanged; the target's masked choice there is the forced text, so they
+are accepted unless the target prefers another tokenization of the same bytes.
+"""
+from libc.math cimport INFINITY
+from libc.stdint cimport int32_t, uint32_t
+
+from .drafters._base cimport Draft
+
+
+cdef class GrammarState:
+    """GrammarState(matcher, n_vocab, eos)
+--
+
+    One request's grammar state (``matcher``: a fresh ``llguidance.LLMatcher``; ``eos``:
+    the token allowed alone if the matcher fails mid-request, which ends the request).
+    Built by ``specdec.constraint.Grammar.state``."""
+
+    def __init__(self, matcher, int n_vocab, int eos):
+        self.matcher = matcher
+        self.n_vocab = n_vocab
+        self.bits.resize((n_vocab + 31) // 32)
+        self.eos = eos
+        self.error = None
+
+    cdef int mask_c(self, float * logits) except -1:
+        """Mask ``logits`` (one row) by the grammar state: tokens it refuses get -inf."""
+        cdef uint32_t * w = self.bits.data()
+        cdef size_t nbytes = self.bits.size() * 4
+        self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
+        self.n_masks += 1
+        if _none_set(w, self.bits.size(), self.n_vocab):
+            # the matcher failed (a parser limit) or reached a dead end: end the request
+            if self.error is None:
+                self.error = self.matcher.get_error() or "the grammar allows no token here"
+            _set_only(w, self.bits.size(), self.eos)
+        with nogil:
+            _apply(w, logits, self.n_vocab)
+        return 0
+
+    cdef bint allowed_c(self, int32_t tok) noexcept nogil:
+        """Whether the last mask allows ``tok``."""
+        return (self.bits[tok >> 5] >> (tok & 31)) & 1
+
+    cdef int advance_c(self, int32_t tok) except -1:
+        """The request's output goes on with ``tok`` (allowed by the last mask)."""
+        if self.error is None and not self.matcher.consume_token(tok):
+            self.error = self.matcher.get_error() or f"the grammar refused token {tok}"
+        return 0
+
+    cdef int fit_draft_c(self, Draft draft, int k_cap) except -1:
+        """Forced tokens first, then what the grammar allows of the draft; returns how many
+        tokens lead it that the grammar forces. A draft that does not begin with them is
+        replaced by them (its continuation would follow other tokens)."""
+        self.replaced = False
+        if self.error is not None or k_cap <= 0:
+            draft.clear()
+            return 0
+        forced = self.matcher.compute_ff_tokens()
+        cdef int n_f = min(len(forced), k_cap), i, n = draft.tokens.size()
+        cdef bint keep = n >= n_f
+        for i in range(min(n, n_f)):
+            if draft.tokens[i] != <int32_t> forced[i]:
+                keep = False
+                break
+        if not keep:
+            self.replaced = n > 0
+            draft.clear()
+            for i in range(n_f):
+                draft.tokens.push_back(forced[i])
+            self.n_forced += n_f
+            return n_f
+        n = min(n, k_cap)
+        if n > n_f:
+            n_ok = self.matcher.validate_tokens([draft.tokens[i] for i in range(n)])
+            self.n_cut += n - n_ok
+            n = n_ok
+        draft.tokens.resize(n)
+        self.n_forced += n_f
+        return n_f
+
+    # Python access, for tests
+    def mask(self, logits):
+        """Mask a float32 row in place (as a verify row is) and return it."""
+        import numpy as np
+        if not isinstance(logits, np.ndarray) or logits.dtype != np.float32 \
+                or logits.shape != (self.n_vocab,) or not logits.flags.c_contiguous:
+            raise ValueError(f"logits must be a contiguous float32 array of {self.n_vocab}")
+        cdef float[::1] v = logits
+        self.mask_c(&v[0])
+        return logits
+
+    def advance(self, int tok) -> None:
+        if not 0 <= tok < self.n_vocab:
+            raise ValueError(f"token id {tok} out of range [0, {self.n_vocab})")
+        self.advance_c(tok)
+
+    def fit_draft(self, tokens, int k_cap):
+        """``(draft tokens, n_forced)`` for a proposal ``tokens`` (see ``fit_draft_c``)."""
+        cdef Draft d = Draft()
+        for t in tokens:
+            d.tokens.push_back(t)
+        n_f = self.fit_draft_c(d, k_cap)
+        return d.token_list, n_f
+
+    @property
+    def is_accepting(self) -> bool:
+        return self.matcher.is_accepting()
+
+
+cdef bint _none_set(const uint32_t * w, size_t n_words, int n_vocab) noexcept:
+    cdef size_t j, full = n_vocab // 32
+    for j in range(full):
+        if w[j] != 0:
+            return False
+    if full < n_words and (w[full] & ((<uint32_t>1 << (n_vocab & 31)) - 1)) != 0:
+        return False
+    return True
+
+
+cdef void _set_only(uint32_t * w, size_t n_words, int32_t tok) noexcept:
+    cdef size_t j
+    for j in range(n_words):
+        w[j] = 0
+    w[tok >> 5] = <uint32_t>1 << (tok & 31)
+
+
+cdef void _apply(const uint32_t * w, float * logits, int n_vocab) noexcept nogil:
+    cdef int j, b, base, n_words = (n_vocab + 31) // 32
+    cdef uint32_t x
+    for j in range(n_words):
+        x = w[j]
+        if x == <uint32_t>0xFFFFFFFF:
+            continue
+        base = j * 32
+        if x == 0 and base + 32 <= n_vocab:
+            for b in range(32):
+                logits[base + b] = -INFINITY
+            continue
+        for b in range(32):
+            if base + b < n_vocab and not (x >> b) & 1:
+                logits[base + b] = -INFINITY

@@ -1,0 +1,218 @@
+"""Structured output: what a request's text must match, declared once and compiled per request.
+
+A request takes at most one of :class:`Constraint`'s fields (``grammar=``, ``json_schema=``,
+``regex=``, ``choices=``, ``lark=``) on ``Decoder.generate/stream/chat``, ``Engine.submit/
+generate/stream``, ``specdec generate`` and the server. The constraint engine is llguidance
+(``pip install specdec[structured]``), which llama.cpp's ``LLAMA_LLGUIDANCE`` build and vLLM
+use too: it compiles the constraint against the model's vocabulary here, when the request is
+made (a bad grammar or schema is a ``ValueError`` then, never inside a round), and its
+matcher masks each verify row in the round (``specdec._grammar``).
+"""
+from __future__ import annotations
+
+import json
+import threading
+import weakref
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from ._core import Model
+
+#: how JSON is written under a schema: one space after ':' and ',' and no other whitespace
+#: (a model cannot pad it without end, and the separators are forced tokens); a schema's
+#: own ``x-guidance`` options override it. An object schema with ``properties`` and no
+#: ``additionalProperties`` gets no other keys, as llama.cpp's converter has it (a pydantic
+#: model's schema says nothing of them, and a model would go on inventing keys).
+JSON_OPTIONS: Dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ",
+                                "key_separator": ": "}
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What a request's output must match: at most one field set.
+
+    ``grammar``: GBNF, as llama.cpp writes it. ``json_schema``: a JSON schema (a dict, its
+    JSON text, or a pydantic model class). ``regex``: a regular expression (Rust's syntax)
+    the whole output matches. ``choices``: the output is one of these strings. ``lark``:
+    llguidance's Lark dialect (it can embed JSON schemas: ``%json {...}``).
+    """
+
+    # metadata: what ``specdec generate`` takes (``cli``: a file's text, the text, or a
+    # repeated option's list) and its help
+    grammar: Optional[str] = field(default=None, metadata={"cli": "file", "help": "GBNF grammar"})
+    json_schema: Any = field(default=None, metadata={"cli": "file", "help": "JSON schema"})
+    regex: Optional[str] = field(default=None,
+                                 metadata={"cli": "text", "help": "regular expression"})
+    choices: Optional[Sequence[str]] = field(
+        default=None, metadata={"cli": "list", "help": "an allowed output (repeatable)"})
+    lark: Optional[str] = field(default=None,
+                                metadata={"cli": "file", "help": "llguidance Lark grammar"})
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any]) -> Optional["Constraint"]:
+        """The constraint of a request's keyword options (None: unconstrained)."""
+        unknown = set(options) - set(OPTIONS)
+        if unknown:
+            raise TypeError(f"unknown options: {sorted(unknown)} (constraints: {list(OPTIONS)})")
+        given = {k: v for k, v in options.items() if v is not None}
+        if not given:
+            return None
+        if len(given) > 1:
+            raise ValueError(f"give one constraint, not {sorted(given)}")
+        return cls(**given)
+
+    @property
+    def kind(self) -> str:
+        return next(f.name for f in fields(self) if getattr(self, f.name) is not None)
+
+    def llguidance_grammar(self) -> str:
+        """The constraint in llguidance's grammar format (not checked yet)."""
+        llg = _llguidance()
+        kind, value = self.kind, getattr(self, self.kind)
+        if kind == "json_schema":
+            return llg.LLMatcher.grammar_from_json_schema(_closed(schema_dict(value)),
+                                                          defaults=dict(JSON_OPTIONS))
+        if kind == "choices":
+            if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
+                raise ValueError("choices must be a non-empty list of strings")
+            for c in value:
+                if not isinstance(c, str) or not c:
+                    raise ValueError(f"choices must be non-empty strings, got {c!r}")
+            return llg.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c)
+                                                                           for c in value))
+        if not isinstance(value, str):
+            raise ValueError(f"{kind} must be a string, got {type(value).__name__}")
+        if kind == "regex":
+            return llg.LLMatcher.grammar_from_regex(value)
+        if kind == "grammar":
+            from llguidance.gbnf_to_lark import any_to_lark
+            try:
+                value = any_to_lark(value)
+            except Exception as e:
+                raise ValueError(f"bad GBNF grammar: {e}") from None
+        return llg.LLMatcher.grammar_from_lark(value)
+
+    def compile(self, model: "Model") -> "Grammar":
+        """For ``model``'s vocabulary (checked when a matcher is made: ``Grammar.state``)."""
+        return Grammar(self.kind, self.llguidance_grammar(), tokenizer(model), model)
+
+
+#: the constraint options of a request, in order (CLI, server and API derive theirs)
+OPTIONS: Tuple[str, ...] = tuple(f.name for f in fields(Constraint))
+
+
+def take_options(options: Dict[str, Any]) -> Dict[str, Any]:
+    """The constraint options among a call's keywords, taken out of ``options`` (what stays
+    are its other keywords: sampling options, template variables)."""
+    return {k: options.pop(k) for k in OPTIONS if k in options}
+
+
+def schema_dict(schema: Any) -> Dict[str, Any]:
+    """A JSON schema as a dict: from a dict, its JSON text, or a pydantic model class."""
+    if isinstance(schema, type) and hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    elif isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as e:
+            raise ValueError(f"json_schema is not valid JSON: {e}") from None
+    if isinstance(schema, bool):
+        schema = {} if schema else {"not": {}}
+    if not isinstance(schema, Mapping):
+        raise ValueError("json_schema must be a JSON object (a dict), its text, or a pydantic "
+                         f"model class, got {type(schema).__name__}")
+    return dict(schema)
+
+
+def _closed(node: Any) -> Any:
+    """``node`` with ``additionalProperties: false`` where an object schema lists its
+    properties and says nothing of others (see ``JSON_OPTIONS``)."""
+    if isinstance(node, list):
+        return [_closed(x) for x in node]
+    if not isinstance(node, Mapping):
+        return node
+    out = {k: _closed(v) for k, v in node.items()}
+    if isinstance(out.get("properties"), Mapping) and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+class Grammar:
+    """A constraint compiled for one model: each request gets its own matcher (``state``)."""
+
+    def __init__(self, kind: str, text: str, tok: Any, model: "Model") -> None:
+        self.kind = kind
+        self.text = text
+        self._tok = tok
+        self._n_vocab = model.n_vocab
+        eog = model.eog_tokens
+        self._eos = model.eos if model.eos >= 0 else (eog[0] if eog else 0)
+
+    def state(self) -> Any:
+        """A fresh ``GrammarState`` (the matcher at the start of the output); a
+        ``ValueError`` for a grammar llguidance refuses."""
+        from ._grammar import GrammarState
+        llg = _llguidance()
+        m = llg.LLMatcher(self._tok, self.text, log_level=0)
+        if m.is_error():
+            raise ValueError(f"bad {self.kind}: {m.get_error()}")
+        return GrammarState(m, self._n_vocab, self._eos)
+
+
+def _llguidance() -> Any:
+    try:
+        import llguidance
+    except ImportError:
+        raise ImportError("constrained output (grammar, json_schema, regex, choices) needs "
+                          "llguidance: pip install 'specdec[structured]'") from None
+    return llguidance
+
+
+class _Vocab:
+    """What llguidance's ``TokenizerWrapper`` reads of a tokenizer, from the model's
+    vocabulary as llama.cpp's own llguidance sampler builds it (common/llguidance.cpp):
+    each token's text, control tokens as 0xff + their name, and tokenization by llama.cpp."""
+
+    def __init__(self, model: Model) -> None:
+        self._model = weakref.ref(model)     # the cache's value must not keep its key alive
+        self.eos_token_id = model.eos
+        self.bos_token_id = model.bos if model.bos >= 0 else None
+        toks: List[bytes] = []
+        special: List[int] = []
+        piece = model.token_to_piece
+        for t in range(model.n_vocab):
+            b = piece(t)
+            if not b:
+                b = piece(t, special=True)
+                if b:
+                    b = b"\xff" + b
+                    special.append(t)
+            toks.append(b)
+        self.tokens = toks
+        self.special_token_ids = special
+
+    def __call__(self, text: Any) -> List[int]:
+        model = self._model()
+        if model is None:
+            raise RuntimeError("the model of this tokenizer was freed")
+        return model.tokenize(text, add_special=False, parse_special=True)
+
+
+_tokenizers: "weakref.WeakKeyDictionary[Model, Any]" = weakref.WeakKeyDictionary()
+_tokenizers_lock = threading.Lock()
+
+
+def tokenizer(model: Model) -> Any:
+    """llguidance's tokenizer of ``model``, built once per model (a pass over its vocabulary),
+    every end-of-generation token its end of text."""
+    with _tokenizers_lock:
+        tok = _tokenizers.get(model)
+        if tok is None:
+            llg = _llguidance()
+            from llguidance import TokenizerWrapper
+            eog = list(model.eog_tokens) or [model.eos]
+            tok = llg.LLTokenizer(TokenizerWrapper(_Vocab(model)), n_vocab=model.n_vocab,
+                                  eos_token=eog)
+            _tokenizers[model] = tok
+        return tok
