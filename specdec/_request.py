@@ -17,7 +17,7 @@ import numpy as np
 from ._core import ContextFullError, Model
 from .config import SAMPLING_OPTIONS, Sampling
 from .constraint import Constraint
-from .refused import REFUSED, TEMPLATE_VARIABLES, refusal
+from .refused import BODY_ONLY, REFUSED, TEMPLATE_VARIABLES, refusal
 from .results import GenerationResult, Piece, Stats, TokenLogprob
 
 Prompt = Union[str, bytes, Sequence[int]]
@@ -34,6 +34,9 @@ def split_chat_options(sampling: SamplingSpec, options: Dict[str, Any]
     A generation option specdec does not honour (:data:`specdec.refused.REFUSED`) is refused
     here: handed to the template, it would be ignored while the caller believes it applied."""
     for name in options:
+        if name in BODY_ONLY:
+            raise ValueError(f"'{name}' is a field of the server's requests; here use the "
+                             "constraint keywords (grammar=, json_schema=, regex=, choices=)")
         if name in REFUSED and name not in TEMPLATE_VARIABLES:
             raise ValueError(refusal(name))
     sampling_kw = {k: v for k, v in options.items() if k in SAMPLING_OPTIONS}

@@ -21,18 +21,9 @@ VLLM, LLAMA, LCP, OPENAI = "vLLM", "llama-server", "llama-cpp-python", "OpenAI"
 #: field -> (values that are no-ops, the servers that define it)
 REFUSED: Dict[str, Tuple[Tuple[Any, ...], Tuple[str, ...]]] = {
     # structured output and tools (see issue 31)
-    "grammar": ((), (LLAMA, LCP)),
-    "json_schema": ((), (LLAMA,)),
-    "response_format": (({"type": "text"},), (OPENAI, VLLM, LLAMA, LCP)),
-    "guided_json": ((), (VLLM,)),
-    "guided_regex": ((), (VLLM,)),
-    "guided_choice": ((), (VLLM,)),
-    "guided_grammar": ((), (VLLM,)),
     "guided_decoding_backend": ((), (VLLM,)),
     "guided_whitespace_pattern": ((), (VLLM,)),
     "structural_tag": ((), (VLLM,)),
-    "tools": (([],), (OPENAI, VLLM, LLAMA, LCP)),
-    "tool_choice": (("none", "auto"), (OPENAI, VLLM, LLAMA, LCP)),
     "functions": (([],), (OPENAI, LCP)),
     "function_call": (("none", "auto"), (OPENAI, LCP)),
     "grammar_lazy": ((False,), (LLAMA,)),
@@ -90,6 +81,12 @@ REFUSED: Dict[str, Tuple[Tuple[Any, ...], Tuple[str, ...]]] = {
 #: fields above that are chat template variables in Python (``Decoder.chat(...,
 #: add_generation_prompt=False)`` renders with them; the server takes them in
 #: ``chat_template_kwargs``, and refuses them at the top level of a body)
+#: fields the server honours in a request's body that are not keywords of ``Decoder.chat``
+#: (which takes the constraint options themselves, ``grammar=``, ``json_schema=``, ...):
+#: refused there rather than handed to the template
+BODY_ONLY = frozenset({"response_format", "guided_json", "guided_regex", "guided_choice",
+                       "guided_grammar", "tool_choice"})
+
 TEMPLATE_VARIABLES = frozenset({"add_generation_prompt", "documents", "reasoning_effort"})
 
 

@@ -51,8 +51,8 @@ def test_sampling_keywords_are_the_sampling_fields():
         Sampling.resolve(Sampling(), temperature=0.5)
     with pytest.raises(TypeError, match="tempreature"):
         Sampling.resolve(tempreature=0.5)
-    with pytest.raises(TypeError, match="'grammar' .* not supported"):
-        Sampling.resolve(grammar="root ::= x")
+    with pytest.raises(TypeError, match="'mirostat' .* not supported"):
+        Sampling.resolve(mirostat=2)
 
 
 def test_decoder_sampling_keywords(dec):
@@ -77,7 +77,7 @@ def test_decoder_sampling_keywords(dec):
 
 
 def test_chat_refuses_generation_options_for_the_template(dec):
-    for name in ("guided_regex", "response_format", "tools", "mirostat", "guided_json"):
+    for name in ("guided_regex", "response_format", "tool_choice", "mirostat", "guided_json"):
         with pytest.raises(ValueError, match=f"'{name}'"):
             dec.chat(HELLO, max_tokens=4, **{name: {"x": 1}})
     # template variables still reach the template, sampling keywords the sampler
@@ -157,9 +157,9 @@ def test_decoder_create_chat_completion(models):
 
 
 def test_face_errors_name_the_field(dec):
-    for name in ("grammar", "repeat_penalty", "best_of", "response_format"):
+    for name in ("guided_decoding_backend", "repeat_penalty", "best_of", "response_format"):
         value = {"best_of": 2, "repeat_penalty": 1.3,
-                 "response_format": {"type": "json_object"}}.get(name, "x")
+                 "response_format": {"type": "xml"}}.get(name, "x")
         with pytest.raises(ValueError, match=f"'{name}'"):
             dec.create_completion("ab", **{name: value})
     with pytest.raises(ValueError, match="'top_p'"):
@@ -168,7 +168,7 @@ def test_face_errors_name_the_field(dec):
         dec.create_completion("ab", specdec={"drafter": "plain"})
     with pytest.raises(specdec.ContextFullError):
         dec.create_completion("a" * 2000)
-    assert set(REFUSED) >= {"grammar", "guided_json", "repeat_penalty", "mirostat_mode"}
+    assert set(REFUSED) >= {"guided_decoding_backend", "repeat_penalty", "mirostat_mode"}
     assert dec.create_completion("ab", max_tokens=2, temperature=0)["choices"][0]["text"]
 
 

@@ -222,7 +222,7 @@ BAD = [
     ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"x": 10}}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"5": 1000}}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"99999": 1}}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "response_format": {"type": "json_object"}},
+    ("/v1/chat/completions", {"messages": HELLO, "response_format": {"type": "xml"}},
      None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "specdec": 3}, None, 400),
     ("/v1/chat/completions", {"messages": HELLO, "stop_token_ids": ["x"]}, None, 400),

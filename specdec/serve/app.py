@@ -164,19 +164,22 @@ class Server:
         try:
             for w in todo:            # one job per choice; they run together on the engine
                 jobs.append(self.backend.submit(w))
+        except ImportError as e:
+            raise bad(str(e), spec.constraint_field) from None
         except (ValueError, TypeError) as e:
             for job in jobs:
                 job.cancel()
-            raise bad(str(e), "specdec" if spec.options else None) from None
+            raise bad(str(e), spec.constraint_field if spec.constraint
+                      else "specdec" if spec.options else None) from None
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
             return StreamingResponse(self._events(jobs, env, spec, arrived),
                                      media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        return await self._whole(request, jobs, env, arrived)
+        return await self._whole(request, jobs, env, spec, arrived)
 
-    async def _whole(self, request: Request, jobs: List[Job], env: Envelope, arrived: float
-                     ) -> Response:
+    async def _whole(self, request: Request, jobs: List[Job], env: Envelope, spec: Spec,
+                     arrived: float) -> Response:
         task = asyncio.ensure_future(asyncio.gather(*(self._drain(j, arrived) for j in jobs)))
         try:
             while not task.done():
@@ -198,7 +201,7 @@ class Server:
             for job in jobs:
                 job.cancel()        # a choice failed: the others leave too (harmless if done)
         lps = [self.backend.logprobs_of(r.tokens, r.logprobs) for r in results]
-        return JSONResponse(full_response(env, results, lps))
+        return JSONResponse(full_response(env, results, lps, spec.tool_format))
 
     async def _pieces(self, job: Job, arrived: float) -> AsyncIterator[Piece]:
         """The job's pieces, counted for the time to first token and the token rate."""
@@ -256,11 +259,14 @@ class Server:
             try:
                 async for i, piece in self._merged(jobs, arrived):
                     if piece is not None:
-                        yield _sse(chunks.piece(i, piece.text, piece.logprobs))
-                    else:
-                        res = jobs[i].result
-                        assert res is not None
-                        yield _sse(chunks.end(i, res))
+                        if not spec.tool_format:    # a reply with tools is read when done
+                            yield _sse(chunks.piece(i, piece.text, piece.logprobs))
+                        continue
+                    res = jobs[i].result
+                    assert res is not None
+                    for c in (chunks.tool_end(i, res, spec.tool_format) if spec.tool_format
+                              else [chunks.end(i, res)]):
+                        yield _sse(c)
             except (ValueError, TypeError, ContextFullError) as e:
                 yield _sse(bad(str(e)).body())
                 yield "data: [DONE]\n\n"

@@ -4,6 +4,12 @@ stream chunks shaped as OpenAI's, and errors in its error shape.
 Fields of OpenAI's, vLLM's, llama-server's or llama-cpp-python's requests that this server
 does not honour (the table :data:`specdec.refused.REFUSED`) are refused with a 400 naming them
 rather than silently ignored; unknown fields are ignored, as OpenAI-compatible servers do.
+
+Structured output comes in the fields of three APIs, each one of :class:`specdec.Constraint`'s
+options (``CONSTRAINT_FIELDS``): OpenAI's ``response_format`` (``json_object``,
+``json_schema``), llama-server's ``grammar`` / ``json_schema``, vLLM's ``guided_json`` /
+``guided_regex`` / ``guided_choice`` / ``guided_grammar``; ``tools`` / ``tool_choice`` are
+read here and constrained as ``tools.py`` says.
 """
 from __future__ import annotations
 
@@ -14,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .._core import Model
-from ..chat import DEFAULT_LIMITS, TemplateLimits, chat_prompt, check_variables
+from ..chat import DEFAULT_LIMITS, TemplateLimits, chat_prompt, check_variables, template_for
 from ..config import MAX_REPETITION_PENALTY, Sampling, bias_pairs
 from ..refused import refusal, refused_field
 from ..results import GenerationResult, Stats, TokenLogprob
+from . import tools as tool_calls
 
 #: OpenAI's limits
 MAX_STOP = 4
@@ -72,6 +79,12 @@ class Spec:
     options: Dict[str, Any] = field(default_factory=dict)   # the ``specdec`` extension
     template_vars: Dict[str, Any] = field(default_factory=dict)
     n: int = 1                         # choices, each its own request (seed + i when seeded)
+    constraint: Dict[str, Any] = field(default_factory=dict)  # one Constraint option, or none
+    constraint_field: Optional[str] = None     # the request field that gave it
+    tools: Optional[List[Dict[str, Any]]] = None           # chat: checked OpenAI tools
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    tool_format: Optional[str] = None      # the template's tool-call format (tools rendered)
 
     def samplings(self) -> List[Sampling]:
         """Each choice's sampling: choice i draws with ``seed + i`` (vLLM's rule for a
@@ -93,12 +106,14 @@ class Work:
     logprobs: int = -1
     stop_token_ids: List[int] = field(default_factory=list)
     options: Optional[Dict[str, Any]] = None
+    constraint: Dict[str, Any] = field(default_factory=dict)   # one Constraint option
 
     def run_args(self) -> Dict[str, Any]:
         """The keywords of ``Decoder.generate`` / ``stream`` that run it."""
         return dict(max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
                     stop_token_ids=self.stop_token_ids,
-                    logprobs=None if self.logprobs < 0 else (self.logprobs or True))
+                    logprobs=None if self.logprobs < 0 else (self.logprobs or True),
+                    **self.constraint)
 
     def engine_args(self) -> Dict[str, Any]:
         """The keywords of ``Engine.submit`` / ``generate`` / ``stream``: the run's, and the
@@ -135,6 +150,54 @@ def _refuse_unsupported(body: Mapping[str, Any]) -> None:
     name = refused_field(body)
     if name is not None:
         raise bad(refusal(name), name, code="unsupported_parameter")
+
+
+#: request field -> the Constraint option it gives (llama-server's and vLLM's names)
+CONSTRAINT_FIELDS: Dict[str, str] = {
+    "grammar": "grammar", "json_schema": "json_schema", "guided_json": "json_schema",
+    "guided_regex": "regex", "guided_choice": "choices", "guided_grammar": "grammar",
+}
+
+
+def _response_format(fmt: Any) -> Optional[Dict[str, Any]]:
+    """OpenAI's ``response_format`` as a Constraint option (None: free text)."""
+    if fmt is None:
+        return None
+    kind = fmt.get("type") if isinstance(fmt, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"json_schema": {"type": "object"}}
+    if kind == "json_schema":
+        js = fmt.get("json_schema")
+        if not isinstance(js, Mapping):
+            raise bad("'response_format': its 'json_schema' must be an object with a 'schema'",
+                      "response_format")
+        schema = js.get("schema", {"type": "object"})
+        if not isinstance(schema, Mapping):
+            raise bad("'response_format': its json_schema 'schema' must be a JSON schema "
+                      "object", "response_format")
+        return {"json_schema": dict(schema)}
+    raise bad("'response_format': its 'type' must be 'text', 'json_object' or 'json_schema'",
+              "response_format")
+
+
+def _constraint(body: Mapping[str, Any]) -> Tuple[Optional[str], Dict[str, Any]]:
+    """The request's constraint: the field that gives it, and ``{option: value}`` (empty:
+    none); at most one such field."""
+    found: Dict[str, Tuple[str, Any]] = {}
+    rf = _response_format(body.get("response_format"))
+    if rf:
+        found["response_format"] = next(iter(rf.items()))
+    for name, option in CONSTRAINT_FIELDS.items():
+        v = body.get(name)
+        if v is not None:
+            found[name] = (option, v)
+    if len(found) > 1:
+        raise bad(f"give one of {sorted(found)}, not several", sorted(found)[1])
+    for name, (option, value) in found.items():
+        return name, {option: value}
+    return None, {}
 
 
 def _stop(body: Mapping[str, Any]) -> List[str]:
@@ -213,10 +276,12 @@ def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
     if so is not None and not isinstance(so, Mapping):
         raise bad("'stream_options' must be an object", "stream_options")
     n = _int(body, "n", 1, MAX_N)
+    con_field, con = _constraint(body)
     return dict(kind=kind, model=model, stream=stream, n=1 if n is None else n,
                 include_usage=bool(so and so.get("include_usage")),
                 sampling=_sampling(body), stop=_stop(body),
-                stop_token_ids=_stop_token_ids(body), options=_options(body))
+                stop_token_ids=_stop_token_ids(body), options=_options(body),
+                constraint=con, constraint_field=con_field)
 
 
 def completion_spec(body: Any, models: Sequence[str]) -> Spec:
@@ -261,8 +326,47 @@ def chat_spec(body: Any, models: Sequence[str]) -> Spec:
         check_variables(kwargs)
     except ValueError as e:
         raise bad(f"'chat_template_kwargs': {e}", "chat_template_kwargs") from None
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    if tools is not None and tools != []:
+        try:
+            tools = tool_calls.check_tools(tools)
+            tool_calls.chosen(tools, choice)
+        except tool_calls.ToolError as e:
+            raise bad(str(e), "tools") from None
+    else:
+        if choice not in (None, "none", "auto"):
+            raise bad("'tool_choice' needs 'tools'", "tool_choice")
+        tools = None
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise bad("'parallel_tool_calls' must be a boolean", "parallel_tool_calls")
     return Spec(prompt=messages, max_tokens=max_tokens,
-                logprobs=(top or 0) if want else -1, template_vars=dict(kwargs), **common)
+                logprobs=(top or 0) if want else -1, template_vars=dict(kwargs), tools=tools,
+                tool_choice=choice, parallel_tool_calls=parallel, **common)
+
+
+def _tools(spec: Spec, model: Model, chat_template: Optional[str]) -> None:
+    """A chat with tools: the template renders them, and a reply that must call one is
+    constrained to the template's tool-call format (``tools.py``)."""
+    if not spec.tools or spec.tool_choice == "none":
+        return
+    try:
+        source = template_for(model, chat_template).source
+    except ValueError as e:
+        raise bad(str(e), "tools") from None
+    spec.tool_format = tool_calls.template_format(source)
+    if spec.tool_format is None:
+        raise bad("this model's chat template writes no tool-call format specdec knows "
+                  f"({', '.join(tool_calls.FORMATS)})", "tools")
+    spec.template_vars["tools"] = spec.tools
+    must = tool_calls.chosen(spec.tools, spec.tool_choice)
+    if must is not None:
+        if spec.constraint:
+            raise bad("a reply that must call a tool takes no response_format or grammar",
+                      "tool_choice")
+        spec.constraint = {"lark": tool_calls.grammar(spec.tool_format, must,
+                                                      spec.parallel_tool_calls)}
+        spec.constraint_field = "tools"
 
 
 def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str],
@@ -289,6 +393,7 @@ def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]
     """What ``spec`` runs, one Work per choice: its prompt rendered and tokenized (within
     ``template_limits``), ``max_tokens`` held to the room a request has in a context of
     ``n_ctx_seq`` tokens."""
+    _tools(spec, model, chat_template)
     tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template, template_limits)
     room = n_ctx_seq - len(tokens)
     if room < 1:
@@ -298,7 +403,8 @@ def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str]
                        code="context_length_exceeded")
     return [Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
                  sampling=sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
-                 stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options)
+                 stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options,
+                 constraint=spec.constraint)
             for sampling in spec.samplings()]
 
 
@@ -390,14 +496,23 @@ def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
 
 
 def full_response(env: Envelope, results: Sequence[GenerationResult],
-                  logprobs: Sequence[Optional[List[TokenLP]]]) -> Dict[str, Any]:
-    """The whole answer (``stream: false``): one choice per result."""
+                  logprobs: Sequence[Optional[List[TokenLP]]],
+                  tool_format: Optional[str] = None) -> Dict[str, Any]:
+    """The whole answer (``stream: false``): one choice per result; ``tool_format``: a chat
+    with tools, whose replies are read as ``tool_calls`` where they hold calls."""
     choices = []
     for i, (res, lps) in enumerate(zip(results, logprobs)):
         if env.kind == "chat":
-            choices.append({"index": i, "message": {"role": "assistant", "content": res.text},
+            message: Dict[str, Any] = {"role": "assistant", "content": res.text}
+            finish = finish_reason(res)
+            content, calls = (tool_calls.parse(tool_format, res.text) if tool_format
+                              else (res.text, []))
+            if calls:
+                message = {"role": "assistant", "content": content, "tool_calls": calls}
+                finish = "tool_calls" if finish == "stop" else finish
+            choices.append({"index": i, "message": message,
                             "logprobs": chat_logprobs(lps) if lps is not None else None,
-                            "finish_reason": finish_reason(res)})
+                            "finish_reason": finish})
         else:
             choices.append({"index": i, "text": res.text,
                             "logprobs": completion_logprobs(lps, 0) if lps is not None else None,
@@ -453,6 +568,20 @@ class Chunks:
     def end(self, index: int, res: GenerationResult) -> Dict[str, Any]:
         """After a choice's last piece: its finish reason."""
         return chunk(self.env, None, index=index, finish=finish_reason(res))
+
+    def tool_end(self, index: int, res: GenerationResult, tool_format: str
+                 ) -> List[Dict[str, Any]]:
+        """A reply held back because it may call tools (``tool_format``), read when done:
+        its text, or its calls (each with its index, as OpenAI's deltas), then its end."""
+        content, calls = tool_calls.parse(tool_format, res.text)
+        out = [chunk(self.env, content, index=index)] if content else []
+        finish = finish_reason(res)
+        if calls:
+            delta = {"tool_calls": [dict(c, index=j) for j, c in enumerate(calls)]}
+            out.append(self.env.wrap("chat.completion.chunk", [
+                {"index": index, "delta": delta, "finish_reason": None, "logprobs": None}]))
+            finish = "tool_calls" if finish == "stop" else finish
+        return out + [chunk(self.env, None, index=index, finish=finish)]
 
     def usage(self, results: Sequence[GenerationResult]) -> List[Dict[str, Any]]:
         """After every choice's end: the usage, when it was asked for."""
