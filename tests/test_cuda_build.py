@@ -16,13 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 TOOL = ROOT / "tools" / "find_cuda.py"
 
 
-@pytest.fixture(scope="module")
-def find_cuda():
+@pytest.fixture
+def find_cuda(monkeypatch):
+    """The detection module, blind to this machine's own toolkit (/usr/local/cuda): only the
+    fake layouts of each test are seen."""
     if not TOOL.exists():
         pytest.skip("tools/ is not in this checkout")
     spec = importlib.util.spec_from_file_location("find_cuda", TOOL)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "DEFAULT_ROOTS", ())
     return mod
 
 

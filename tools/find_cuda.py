@@ -36,12 +36,16 @@ CUBLAS_HEADERS = ("cublas.h", "cublas_v2.h", "cublas_api.h", "cublasLt.h", "cubl
 DEFAULT_ARCHS = "75-virtual;80-virtual;86-real;89-real;90-real;120a-real"
 
 
+#: where a toolkit is looked for after $CUDA_PATH/$CUDA_HOME and nvcc's own
+DEFAULT_ROOTS = ("/usr/local/cuda",)
+
+
 def toolkit_roots(nvcc: str, env: Optional[Dict[str, str]] = None) -> List[str]:
-    """$CUDA_PATH, the toolkit nvcc is in (nvcc may be a link), /usr/local/cuda: in order,
-    existing, without repeats."""
+    """$CUDA_PATH, $CUDA_HOME, the toolkit nvcc is in (nvcc may be a link), then
+    ``DEFAULT_ROOTS``: in order, existing, without repeats."""
     env = os.environ if env is None else env
     roots = [env.get("CUDA_PATH", ""), env.get("CUDA_HOME", ""),
-             os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), "/usr/local/cuda"]
+             os.path.dirname(os.path.dirname(os.path.realpath(nvcc))), *DEFAULT_ROOTS]
     return [r for r in dict.fromkeys(roots) if r and os.path.isdir(r)]
 
 
