@@ -29,16 +29,20 @@ def bigram_moe_path(model_file):
     return model_file("bigram-tiny-moe.gguf", lambda p: write_bigram_mtp_model(p, arch="qwen35moe"))
 
 
+def _assert_no_death_nor_hang(rep, n_files):
+    print("\n" + rep.summary())
+    assert not rep.crashes, "a process died or hung:\n" + "\n".join(
+        f"case {c['case']} ({c['exit']}): {c['mutation']} | {c['stderr']}" for c in rep.crashes)
+    assert not rep.unclear, rep.unclear
+    assert rep.cases == n_files
+
+
 @pytest.mark.parametrize("n_files", [N_FILES], ids=lambda n: f"{n}-files")
 def test_mutated_gguf_files_never_crash(n_files, tiny_dense_path, tiny_qwen35_path, bigram_moe_path):
     """Mutated synthetic files, and files generated with random hyperparameters."""
     rep = gguf_fuzz.run([tiny_dense_path, tiny_qwen35_path, bigram_moe_path, *gguf_fuzz.GENERATED],
                         n_files, seed=SEED, batch=max(50, n_files // 4), case_timeout=120)
-    print("\n" + rep.summary())
-    assert not rep.crashes, "llama.cpp crashed the process:\n" + "\n".join(
-        f"case {c['case']} ({c['exit']}): {c['mutation']} | {c['stderr']}" for c in rep.crashes)
-    assert not rep.unclear, rep.unclear
-    assert rep.cases == n_files
+    _assert_no_death_nor_hang(rep, n_files)
     # both outcomes occur: the mutations are neither all fatal nor all harmless
     assert rep.loaded > 0 and sum(rep.errors.values()) > n_files // 2
     assert set(rep.errors) <= {"GGUFError", "ValueError", "LlamaAbortError"}, rep.errors
@@ -68,11 +72,7 @@ def test_mutated_families_never_crash_or_hang(n_files, family_bases):
     time limit fails. ``SPECDEC_FUZZ_FAMILY_FILES=2000`` for the long campaign."""
     rep = gguf_fuzz.run(family_bases, n_files, seed=SEED, batch=max(30, n_files // 8),
                         case_timeout=60)
-    print("\n" + rep.summary())
-    assert not rep.crashes, "a process died or hung:\n" + "\n".join(
-        f"case {c['case']} ({c['exit']}): {c['mutation']} | {c['stderr']}" for c in rep.crashes)
-    assert not rep.unclear, rep.unclear
-    assert rep.cases == n_files
+    _assert_no_death_nor_hang(rep, n_files)
     assert rep.loaded > 0 and sum(rep.errors.values()) > n_files // 4
 
 
