@@ -6,6 +6,7 @@ from ._core cimport Model, Context, Batch
 from ._sampling cimport SamplingParams, Rng
 from ._penalty cimport Penalty
 from ._policy cimport DraftPolicy, BatchCost
+from ._batch_budget cimport Acceptance
 from ._timing cimport Clock, N_PARTS
 from ._output cimport TextOutput
 from ._verify cimport Verifier
@@ -39,6 +40,7 @@ cdef class _Seq:
     cdef int n_drafters
     cdef int n_min
     cdef DraftPolicy policy
+    cdef Acceptance acc      # this request's own acceptance (the batch budget weighs it)
     cdef Draft draft
     cdef DraftKind kind
     cdef int proposer
@@ -105,6 +107,9 @@ cdef class Controller:
     cdef int _prefill_chunk(self, _Seq s, int budget) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _propose(self, list seqs) except -1
+    cdef bint _cost_line(self, int n_in, double * a, double * b) noexcept
+    cdef int _budget_caps(self, list seqs) except -1
+    cdef int _budget_rows(self, list seqs, double t_drafted) except -1
     cdef int _pad(self, list batch_seqs) except -1
     cdef int _shared_head(self, list in_batch) except -1
     cdef list _decode_groups(self, list seqs, bint redo)

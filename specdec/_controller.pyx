@@ -38,11 +38,15 @@ from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._sampling cimport SamplingParams, Rng, argmax
 from ._penalty cimport Penalty
 from ._policy cimport DraftPolicy, BatchCost
+from ._batch_budget cimport Acceptance, allocate
 from ._timing cimport Clock, now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport TextOutput, RUNNING, CTX_FULL, FAILED
 from ._verify cimport Verifier
 from ._grammar cimport GrammarState
 from .drafters._base cimport Drafter, Draft, Asks
+
+
+DEF MARGIN = 0.02     # a draft row must raise the round's token rate by this much (the budget)
 
 
 def new_policy(int n_max, bint adaptive=False) -> DraftPolicy:
@@ -212,6 +216,8 @@ cdef class Controller:
             n_max = 0
         assert n_max + 1 <= self.max_rows
         s.policy = policy if policy is not None else new_policy(n_max)
+        s.acc = Acceptance(n_max)
+        s.acc.begin(s.policy)
         s.n_min = n_min
         s.greedy = temperature <= 0.0
         s.sp.temperature = temperature
@@ -599,12 +605,14 @@ cdef class Controller:
                           self.max_rows - rows - 1)
             if self.rs_cap >= 0:
                 s.k_cap = min(s.k_cap, self.rs_cap)
-            s.p_stop = s.policy.p_stop()
             rows += max(s.k_cap, 0) + 1
             in_batch.append(s)
+        self._budget_caps(in_batch)
+        for s in in_batch:
+            s.p_stop = s.policy.p_stop() if s.k_cap > 0 else 0.0
         lap(&self.clock, T_CONTROL)
         self._propose(in_batch)
-        lap(&self.clock, T_DRAFT)
+        cdef double t_drafted = lap(&self.clock, T_DRAFT)
         in_batch = [s for s in in_batch if s.out.finish == RUNNING]
         for s in in_batch:
             # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
@@ -614,6 +622,8 @@ cdef class Controller:
                 s.policy.observe_draft_time(s.k_cap, s.t_asked)
             s.k = s.policy.choose(s.draft.tokens.size(), s.t_asked)
             s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
+        self._budget_rows(in_batch, t_drafted)
+        for s in in_batch:
             s.pred_e = s.policy.predicted_tokens
             s.pred_t = s.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
             if s.k < <int>s.draft.tokens.size():
@@ -646,6 +656,77 @@ cdef class Controller:
             if s.active and not s.prefilling and s.out.finish == RUNNING:
                 alive += 1
         return alive
+
+    cdef bint _cost_line(self, int n_in, double * a, double * b) noexcept:
+        """The verify batch's cost line ``T(R) = a + b R`` (``BatchCost``), when the budget
+        applies: several sequences in the round, batches measured."""
+        if n_in < 2 or self.batch_cost.n <= 0.0:
+            return False
+        self.batch_cost._line(a, b)
+        return b[0] > 0.0
+
+    cdef int _budget_caps(self, list seqs) except -1:
+        """Before drafting: the caps of the sequences under the adaptive policy, cut to the
+        rows that would pay for the whole batch (``_batch_budget``), their draft time
+        counted (each sequence's part of its drafter's calls, per token); under load, none.
+        A round a sequence's policy explores or probes in keeps its cap."""
+        cdef double a, b, tokens, time
+        cdef int j
+        if not self._cost_line(len(seqs), &a, &b):
+            return 0
+        cdef _Seq s
+        cdef list free = []
+        cdef vector[int] k_max, k_out
+        cdef vector[double] cost
+        tokens = len(seqs)
+        time = a + b * len(seqs)
+        for s in seqs:
+            if s.k_cap <= 0:
+                continue
+            if s.policy.adaptive and not (s.policy.exploring or s.policy.probing):
+                free.append(s)
+                k_max.push_back(s.k_cap)
+                cost.push_back(b + s.policy._draft_time(s.k_cap) / s.k_cap)
+            else:           # a fixed length, an exploration: its rows are spent anyway
+                tokens += s.acc.gain(s.k_cap)
+                time += b * s.k_cap + s.policy._draft_time(s.k_cap)
+        k_out = _allocate(free, k_max, cost, tokens, time)
+        for j in range(len(free)):
+            (<_Seq> free[j]).k_cap = k_out[j]
+        return 0
+
+    cdef int _budget_rows(self, list seqs, double t_drafted) except -1:
+        """After drafting: the verify rows of the batch, given to the drafts that pay by
+        each request's own acceptance (the drafting time is spent: it counts in the round's
+        time, not as a cost of a row), up to what its drafter proposed; an exploring or
+        probing sequence verifies what its policy chose."""
+        cdef double a, b, tokens, time
+        cdef int j
+        if not self._cost_line(len(seqs), &a, &b):
+            return 0
+        cdef _Seq s
+        cdef list free = []
+        cdef vector[int] k_max, k_out
+        cdef vector[double] cost
+        tokens = len(seqs)
+        time = t_drafted + a + b * len(seqs)
+        for s in seqs:
+            if s.draft.tokens.size() == 0:
+                continue
+            if s.policy.adaptive and not (s.policy.exploring or s.policy.probing):
+                free.append(s)
+                k_max.push_back(s.draft.tokens.size())
+                cost.push_back(b)
+            else:
+                tokens += s.acc.gain(s.k)
+                time += b * s.k
+        k_out = _allocate(free, k_max, cost, tokens, time)
+        for j in range(len(free)):
+            s = <_Seq> free[j]
+            if max(k_out[j], s.n_forced) != s.k:
+                s.k = max(k_out[j], s.n_forced)      # forced tokens are never cut
+                s.policy._predict(s.k, s.t_asked)
+        return 0
 
     cdef list _decode_groups(self, list seqs, bint redo):
         """The decodes a round's sequences go in: one, except in exact mode on a target rolled
@@ -928,6 +1009,7 @@ cdef class Controller:
         """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
         if s.kind == FILLER or s.kind == FORCED:     # no drafter's proposal
             return 0
+        s.acc.observe(k, a)
         s.policy.observe(k, a, s.t_v)
         s.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)
         return 0
@@ -1038,6 +1120,28 @@ cdef class Controller:
                       self.n_draft_rounds, self.n_filler, self.n_redecode, self.n_drafted,
                       self.n_accepted, self.drafted_at, self.accepted_at, self.t_prompt,
                       self.t_gen, self.clock.part)
+
+
+cdef vector[int] _allocate(list free, vector[int] & k_max, vector[double] & cost, double tokens,
+                           double time):
+    """``_batch_budget.allocate`` for the sequences ``free`` (their own acceptance gives each
+    row's worth): the drafts each gets."""
+    cdef int m = len(free), stride = 1, j, i
+    cdef vector[int] k_out
+    cdef vector[double] gain
+    cdef _Seq s
+    k_out.assign(m, 0)
+    if m == 0:
+        return k_out
+    for j in range(m):
+        stride = max(stride, k_max[j] + 1)
+    gain.assign(<size_t>m * stride, 0.0)
+    for j in range(m):
+        s = <_Seq> free[j]
+        for i in range(1, k_max[j] + 1):
+            gain[j * stride + i] = s.acc.gain(i)
+    allocate(m, k_max.data(), gain.data(), stride, cost.data(), tokens, time, MARGIN, k_out.data())
+    return k_out
 
 
 cdef vector[int32_t] _tokens(seq):
