@@ -87,7 +87,9 @@ def parser() -> argparse.ArgumentParser:
                    "without --ci/--quick/--full), their methods and ratios, and exit")
     p.add_argument("--case", action="append", help="only cases whose name starts with this "
                    "(repeatable), e.g. gemma3-270m, mtp-mid-90; 'serve' alone: specdec serve "
-                   "against llama-server at concurrency 1, 4 and 8")
+                   "against llama-server at concurrency 1, 4 and 8; 'engine-mtp' alone: an "
+                   "Engine's MTP drafting at 4 and 8 slots against its plain decoding and "
+                   "llama-server's draft-mtp")
     p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the "
                    "matrix's; a baseline needs at least 2)")
     p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
@@ -284,6 +286,20 @@ def _gpu_serve(args: argparse.Namespace, out: Path, log: Callable[[str], None]) 
     print(md)
 
 
+def _engine_mtp(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    from . import engine_mtp
+
+    out = Path(args.out) if args.out else Path("specdec-bench") / (
+        f"engine-mtp-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    results = engine_mtp.run(out, n_gen=args.n_gen or 48, reps=args.reps or 3,
+                             threads=args.threads, peers=not args.no_peers, log=log)
+    md = engine_mtp.markdown(results)
+    (out / "engine-mtp.md").write_text(md)
+    print(md)
+    log(f"wrote {out / 'engine-mtp.json'} and {out / 'engine-mtp.md'}")
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
     from . import report
 
@@ -298,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdec bench: warning: {warning}", file=sys.stderr)
     if args.case == ["serve"]:
         return _serve(args, log)
+    if args.case == ["engine-mtp"]:
+        return _engine_mtp(args, log)
     base = _check_usage(args)
     if args.gpu and not args.rpc_standin and not args.results:
         from .gpu import why_no_device

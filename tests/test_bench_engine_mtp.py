@@ -1,0 +1,40 @@
+"""``specdec bench --case engine-mtp``: the harness on the tiny bigram model (the speeds it
+reports are measured by the benchmark itself, never asserted here)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.benchmark import engine_mtp
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_engine_mtp_case_runs_every_method_and_reports(cache, tmp_path):
+    out = tmp_path / "out"
+    res = engine_mtp.run(out, n_gen=12, reps=2, accuracies=(0.9,), slots=(2,), peers=False,
+                         size="tiny", log=lambda s: None)
+    rows = {r["method"]: r for r in res["rows"]}
+    assert set(rows) == {engine_mtp.PLAIN, engine_mtp.FIXED, engine_mtp.ADAPTIVE, engine_mtp.LLAMA}
+    assert rows[engine_mtp.PLAIN]["vs_plain"] == 1.0
+    for name in (engine_mtp.FIXED, engine_mtp.ADAPTIVE):
+        r = rows[name]
+        assert len(r["tok_s_runs"]) == 2 and r["tok_s"] > 0
+        assert r["vs_plain"] == pytest.approx(r["tok_s"] / rows[engine_mtp.PLAIN]["tok_s"])
+        assert r["vs_llama_server"] is None        # no peer ran
+    assert rows[engine_mtp.FIXED]["acceptance"] > 0.5
+    # the peer's row says why it did not run
+    assert "tok_s" not in rows[engine_mtp.LLAMA]
+    assert rows[engine_mtp.LLAMA]["note"] == "peers disabled (--no-peers)"
+    assert json.loads((out / "engine-mtp.json").read_text())["rows"] == res["rows"]
+    md = engine_mtp.markdown(res)
+    assert f"| 90% | 2 | {engine_mtp.FIXED} |" in md and "peers disabled" in md
+
+
+def test_prompts_differ_per_request():
+    ps = engine_mtp.prompts(8)
+    assert len(set(ps)) == 8
