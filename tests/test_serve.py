@@ -482,17 +482,22 @@ def test_disconnect_without_stream_frees_the_slot(looping):
 
 
 def test_load_with_random_disconnects(looping):
-    """16 streaming clients for SOAK_S seconds, a third of them leaving mid-stream."""
+    """16 streaming clients for SOAK_S seconds (each at least until it has finished one
+    stream and left one mid-stream), a third of the later requests leaving mid-stream."""
     failures, done, cut = [], [0], [0]
     stop_at = time.monotonic() + SOAK_S
     lock = threading.Lock()
 
     def client(seed):
+        # each client goes on past SOAK_S until it has finished one stream and cut one (a
+        # loaded machine then takes longer, but the counts below do not depend on its speed)
         rng = random.Random(seed)
         c = looping.client(api_key=KEY, timeout=120)
-        while time.monotonic() < stop_at:
+        mine = {"done": 0, "cut": 0}
+        while time.monotonic() < stop_at or not (mine["done"] and mine["cut"]):
             try:
-                leave = rng.random() < 0.33
+                leave = (rng.random() < 0.33 if mine["done"] and mine["cut"]
+                         else not mine["cut"])
                 n = rng.randint(8, 96)
                 chat = rng.random() < 0.5
                 kw = dict(model="tiny", max_tokens=n, temperature=rng.choice([0, 0.7]),
@@ -510,12 +515,15 @@ def test_load_with_random_disconnects(looping):
                 with lock:
                     if leave:
                         cut[0] += 1
+                        mine["cut"] += 1
                     else:
                         assert last == "length" and text, (text, last)
                         done[0] += 1
+                        mine["done"] += 1
             except Exception as e:   # any failed request fails the test
                 with lock:
                     failures.append(repr(e))
+                return
 
     warm = looping.client(api_key=KEY)
     for _ in range(3):
