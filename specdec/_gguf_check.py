@@ -538,7 +538,7 @@ def _layer_draft(lay: GGUFLayout, arch: str) -> None:
     n_want = 3 if arch == "eagle3" else None
     if (n_want is not None and kv.count != n_want) or not 1 <= kv.count <= MAX_LAYERS:
         raise GGUFError(f"{arch}.target_layers has {kv.count} entries"
-                        + (f"; {arch} reads {n_want}" if n_want else ""))
+                        + ("; EAGLE-3 reads exactly 3" if n_want else ""))
     bad = [v for v in kv.value if not 0 <= v < MAX_LAYERS]
     if bad:
         raise GGUFError(f"{arch}.target_layers {list(kv.value)[:8]} names layers out of "
@@ -553,7 +553,7 @@ def _layer_draft(lay: GGUFLayout, arch: str) -> None:
     block = lay.kvs.get(f"{arch}.block_size")
     if block is not None and (block.type not in _INT_TYPES
                               or not 2 <= block.value <= MAX_DRAFT_BLOCK):
-        raise GGUFError(f"{arch}.block_size {block.value!r:.20} is out of range "
+        raise GGUFError(f"{arch}.block_size: block size {block.value!r:.20} is out of range "
                         f"[2, {MAX_DRAFT_BLOCK}]")
 
 
