@@ -360,7 +360,7 @@ def test_cli_rpc_flags(gemma_path):
     bad = subprocess.run([sys.executable, "-m", "specdec", "generate", "-m", gemma_path, "-p", "x",
                           "-ngl", "3"], capture_output=True, text=True, timeout=300,
                          cwd=tempfile.gettempdir())
-    assert bad.returncode == 1 and "n_gpu_layers=3" in bad.stderr
+    assert bad.returncode == 1 and "--n-gpu-layers 3" in bad.stderr     # the CLI's flag
 
 
 EXIT_SCRIPT = """
