@@ -1,5 +1,5 @@
 # Part of _core (included by _core.pyx): Context, llama.cpp's memory and decode outputs.
-# Over 600 lines because it is one cdef class, which Cython cannot split across files; what
+# Long because it is one cdef class, which Cython cannot split across files (over 600 lines); what
 # is not a method lives apart (_context_params.pxi, _lazy_head.pxi, _views.pxi).
 
 #: the decode watchdog (Context.decode_timeout = 0): a decode may take this many times what

@@ -2,6 +2,11 @@
 # distutils: language = c++
 """The speculative controller: draft -> verify -> accept -> rollback -> notify.
 
+Long because the round and the request lifecycle are one cdef class sharing the per-sequence
+state (verification, text output and the test hooks live in ``_verify``, ``_output``,
+``_checks``); the split along its seams (rollback strategy, sequence state, prefix reuse) is
+issue 28's open part.
+
 One loop for every drafter, and for plain decoding (no drafter: every round
 verifies just the pending token). Built-in drafters are called through their C
 hooks, so a round enters Python only for Python drafters.
@@ -25,8 +30,6 @@ attention KV trimmed, and ``last, d1..da, y`` decoded again (see ``_redecode``).
 
 Requests are validated by the API (``specdec._request``); below it, assertions.
 
-(Over 600 lines: one class, whose round and request lifecycle share the per-sequence state;
-verification, text output and the test hooks live in ``_verify``, ``_output``, ``_checks``.)
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t
 from libcpp.vector cimport vector

@@ -1,5 +1,8 @@
 """Checks of a GGUF file before llama.cpp opens it.
 
+Long because it is one pass over one parsed layout: the rules per architecture and per
+drafter family share its readers and its limits.
+
 llama.cpp parses GGUF files carefully, but the model loader then trusts what it
 read: a zero or absurd hyperparameter, a tensor whose shape does not match, or
 a vocabulary whose arrays disagree ends in ``GGML_ASSERT`` -> ``abort()``. On the

@@ -1,7 +1,7 @@
 """``specdec bench --list``: each matrix's cases, what they run, and the ratios they report.
 
 The ratio names are not written out by hand: each case's methods and prompts are turned into
-rows with a placeholder speed and handed to the same :func:`report.compute_ratios` a run uses,
+rows with a nominal speed and handed to the same :func:`report.compute_ratios` a run uses,
 so the list is what a run of that case reports, and cannot drift from it.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .report import compute_ratios
 from .rows import BOS_PROMPT, Row, interleaved_prompt
 
 
-def _placeholder_rows(case: Case) -> List[Row]:
+def _nominal_rows(case: Case) -> List[Row]:
     rows = []
     for m in case.methods:
         if m.family == "plain" and m.side == LLAMA_CPP:       # llama-bench: from BOS
@@ -35,7 +35,7 @@ def _placeholder_rows(case: Case) -> List[Row]:
 
 def case_ratios(case: Case) -> List[str]:
     """The ratios a run of ``case`` reports (tracked ones first), as ``name (kind)``."""
-    ratios = compute_ratios(_placeholder_rows(case)).values()
+    ratios = compute_ratios(_nominal_rows(case)).values()
     prefix = f"{case.name}: "
     ordered = sorted(ratios, key=lambda r: not r.tracked)
     return [f"{r.name.removeprefix(prefix)}" + ("" if r.tracked else f" [{r.kind}, not gated]")
