@@ -47,8 +47,10 @@ def _engine_pass(eng: Any, texts: Sequence[str], n_gen: int) -> Dict[str, Any]:
 
 def _server_pass(port: int, texts: Sequence[str], n_gen: int) -> Dict[str, Any]:
     from .serve_load import run_load
+    # the Engines run without prefix reuse or a prompt cache: every pass prefills its prompts
+    # again, and so must the server (llama-server keeps a slot's prompt by default)
     r = run_load("127.0.0.1", port, texts, concurrency=len(texts), n_gen=n_gen,
-                 n_requests=len(texts))
+                 n_requests=len(texts), extra={"cache_prompt": False})
     if r.errors:
         raise RuntimeError(r.errors[0])
     return {"tok_s": r.tokens_per_s, "tokens": sum(s.n_tokens for s in r.samples),
