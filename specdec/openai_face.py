@@ -92,24 +92,24 @@ def prepare(kind: str, body: Dict[str, Any], model: Any, n_ctx_seq: int,
     return spec, todo, Envelope(spec.kind, spec.model)
 
 
-def _whole(env: Any, model: Any, results: List[Any]) -> Answer:
+def _whole(env: Any, spec: Any, model: Any, results: List[Any]) -> Answer:
     from .serve.protocol import full_response, token_logprobs
     return full_response(env, results, [token_logprobs(model, r.tokens, r.logprobs)
-                                        for r in results])
+                                        for r in results], spec.tool_format)
 
 
 def _chunks(env: Any, spec: Any, model: Any, streams: List[Tuple[Iterator[Any], Any]]) -> Chunks:
     """The chunks of the choices' streams, one choice after the other; each stream is
     ``(pieces, result)``, ``result()`` giving its finished result after its pieces."""
     from .serve.protocol import Chunks as ChunkWriter, token_logprobs
-    out = ChunkWriter(env, spec.include_usage, len(streams))
+    out = ChunkWriter(env, spec.include_usage, len(streams), spec.tool_format)
     yield from out.start()
     results = []
     for i, (pieces, result) in enumerate(streams):
         for p in pieces:
-            yield out.piece(i, p.text, token_logprobs(model, p.tokens, p.logprobs))
+            yield from out.piece(i, p.text, token_logprobs(model, p.tokens, p.logprobs))
         results.append(result())
-        yield out.end(i, results[-1])
+        yield from out.end(i, results[-1])
     yield from out.usage(results)
 
 
@@ -118,22 +118,24 @@ def decoder_call(dec: Any, kind: str, body: Dict[str, Any], chat_template: Optio
     """A request on a :class:`~specdec.Decoder`: its choices one after the other."""
     spec, todo, env = prepare(kind, body, dec.model, dec._ctl.n_ctx_seq, chat_template, False)
     if not spec.stream:
-        return _whole(env, dec.model, [dec.generate(w.tokens, **w.run_args()) for w in todo])
+        return _whole(env, spec, dec.model,
+                      [dec.generate(w.tokens, **w.run_args()) for w in todo])
 
     def chunks() -> Chunks:
         from .serve.protocol import Chunks as ChunkWriter, token_logprobs
-        out = ChunkWriter(env, spec.include_usage, len(todo))
+        out = ChunkWriter(env, spec.include_usage, len(todo), spec.tool_format)
         yield from out.start()
         results = []
         for i, w in enumerate(todo):
             st = dec.stream(w.tokens, **w.run_args())
             try:
                 for p in st.pieces():
-                    yield out.piece(i, p.text, token_logprobs(dec.model, p.tokens, p.logprobs))
+                    yield from out.piece(i, p.text,
+                                         token_logprobs(dec.model, p.tokens, p.logprobs))
             finally:
                 st.close()      # abandoned half-way: the Decoder is free again
             results.append(st.result)
-            yield out.end(i, st.result)
+            yield from out.end(i, st.result)
         yield from out.usage(results)
     return chunks()
 
@@ -153,7 +155,7 @@ def engine_call(eng: Any, kind: str, body: Dict[str, Any], chat_template: Option
         raise
     if not spec.stream:
         try:
-            return _whole(env, eng.model, [h.result() for h in handles])
+            return _whole(env, spec, eng.model, [h.result() for h in handles])
         finally:
             for h in handles:
                 h.cancel()
@@ -177,18 +179,21 @@ async def engine_acall(eng: Any, kind: str, body: Dict[str, Any], chat_template:
     if not spec.stream:
         results = await asyncio.gather(*(eng.generate(w.tokens, **w.engine_args())
                                          for w in todo))
-        return _whole(env, eng.model, list(results))
+        return _whole(env, spec, eng.model, list(results))
     streams = [eng.stream(w.tokens, **w.engine_args()) for w in todo]
 
     async def chunks() -> AsyncIterator[Answer]:
-        out = ChunkWriter(env, spec.include_usage, len(streams))
+        out = ChunkWriter(env, spec.include_usage, len(streams), spec.tool_format)
         try:
             for c in out.start():
                 yield c
             for i, stream in enumerate(streams):   # in order; they run together meanwhile
                 async for p in stream:
-                    yield out.piece(i, p.text, token_logprobs(eng.model, p.tokens, p.logprobs))
-                yield out.end(i, stream.result)
+                    for c in out.piece(i, p.text,
+                                       token_logprobs(eng.model, p.tokens, p.logprobs)):
+                        yield c
+                for c in out.end(i, stream.result):
+                    yield c
             for c in out.usage([st.result for st in streams]):
                 yield c
         finally:

@@ -235,3 +235,33 @@ def test_n_choices_each_with_its_seed(tiny_dense_path):
         dec.create_completion(prompt, n=0)
     engine.close()
     dec.close()
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 10}},
+        "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("face", ["dec", "engine"])
+def test_chat_completion_returns_tool_calls(face, request):
+    """``create_chat_completion`` with ``tools`` answers as the server does: OpenAI's
+    ``tool_calls`` (finish reason ``tool_calls``), and streamed, deltas that add up to
+    the same call."""
+    pytest.importorskip("llguidance")
+    import json
+    obj = request.getfixturevalue(face)
+    kw = dict(tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+              max_tokens=120, temperature=0)
+    whole = obj.create_chat_completion(HELLO, **kw)["choices"][0]
+    assert whole["finish_reason"] == "tool_calls"
+    (call,) = whole["message"]["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+    chunks = list(obj.create_chat_completion(HELLO, stream=True, **kw))
+    deltas = [d for c in chunks for d in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert deltas[0]["function"] == {"name": "get_weather", "arguments": ""}
+    assert "".join(d["function"]["arguments"] for d in deltas[1:]) == \
+        call["function"]["arguments"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"

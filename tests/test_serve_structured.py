@@ -102,8 +102,11 @@ def test_tool_call_required(server, stream):
         for ch in c.chat.completions.create(stream=True, **kw):
             if not ch.choices:
                 continue
-            for tc in ch.choices[0].delta.tool_calls or []:
-                calls.setdefault(tc.index, tc)
+            for tc in ch.choices[0].delta.tool_calls or []:     # the arguments in fragments
+                if tc.index in calls:
+                    calls[tc.index].function.arguments += tc.function.arguments
+                else:
+                    calls[tc.index] = tc
             finish = ch.choices[0].finish_reason or finish
         assert finish == "tool_calls"
         fns = [tc.function for tc in calls.values()]
@@ -115,6 +118,37 @@ def test_tool_call_required(server, stream):
     args = json.loads(fns[0].arguments)
     if fns[0].name == "get_weather":
         assert isinstance(args["city"], str) and len(args["city"]) <= 12
+
+
+@pytest.mark.parametrize("helper", [False, True])
+def test_streamed_tool_call_is_openai_deltas(server, helper):
+    """A call streams as OpenAI's: a first delta with the call's index, id, type and name,
+    then its arguments in fragments as they decode. Added up (by hand, or by the openai
+    client's own stream helper), they are the call the reply not streamed holds."""
+    c = server.client()
+    kw = dict(model="tiny", messages=[{"role": "user", "content": "Weather in Paris?"}],
+              tools=[WEATHER, CLOCK], parallel_tool_calls=False, max_tokens=200, temperature=0,
+              tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    whole = c.chat.completions.create(**kw).choices[0].message
+    want = [(t.function.name, t.function.arguments) for t in whole.tool_calls]
+    assert want[0][0] == "get_weather" and isinstance(json.loads(want[0][1])["city"], str)
+    if helper:
+        with c.chat.completions.stream(**kw) as st:
+            final = st.get_final_completion().choices[0]
+        assert final.finish_reason == "tool_calls"
+        assert [(t.function.name, t.function.arguments)
+                for t in final.message.tool_calls] == want
+        return
+    chunks = [ch for ch in c.chat.completions.create(stream=True, **kw) if ch.choices]
+    deltas = [tc for ch in chunks for tc in ch.choices[0].delta.tool_calls or []]
+    first, rest = deltas[0], deltas[1:]
+    assert first.index == 0 and first.id.startswith("call_") and first.type == "function"
+    assert first.function.name == "get_weather" and first.function.arguments == ""
+    assert len(rest) >= 2      # the arguments in several fragments, as the rounds decode them
+    assert all(d.index == 0 and d.id is None and d.function.name is None for d in rest)
+    assert [("get_weather", "".join(d.function.arguments for d in rest))] == want
+    assert not any(ch.choices[0].delta.content for ch in chunks)
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
 
 def test_named_tool_choice(server):

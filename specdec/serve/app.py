@@ -252,20 +252,19 @@ class Server:
 
     async def _events(self, jobs: List[Job], env: Envelope, spec: Spec, arrived: float
                       ) -> AsyncIterator[str]:
-        chunks = Chunks(env, spec.include_usage, len(jobs))
+        chunks = Chunks(env, spec.include_usage, len(jobs), spec.tool_format)
         try:
             for c in chunks.start():
                 yield _sse(c)
             try:
                 async for i, piece in self._merged(jobs, arrived):
                     if piece is not None:
-                        if not spec.tool_format:    # a reply with tools is read when done
-                            yield _sse(chunks.piece(i, piece.text, piece.logprobs))
+                        for c in chunks.piece(i, piece.text, piece.logprobs):
+                            yield _sse(c)
                         continue
                     res = jobs[i].result
                     assert res is not None
-                    for c in (chunks.tool_end(i, res, spec.tool_format) if spec.tool_format
-                              else [chunks.end(i, res)]):
+                    for c in chunks.end(i, res):
                         yield _sse(c)
             except (ValueError, TypeError, ContextFullError) as e:
                 yield _sse(bad(str(e)).body())

@@ -548,10 +548,14 @@ class Chunks:
     """The chunks of one streamed answer of ``n`` choices, in order: the server sends each
     as an event, the Python face (:mod:`specdec.openai_face`) yields each as a dict."""
 
-    def __init__(self, env: Envelope, include_usage: bool, n: int = 1) -> None:
+    def __init__(self, env: Envelope, include_usage: bool, n: int = 1,
+                 tool_format: Optional[str] = None) -> None:
         self.env = env
         self.include_usage = include_usage
         self.offsets = [0] * n
+        # a chat with tools: each reply read as it decodes, its calls sent as OpenAI's deltas
+        self.calls = ([tool_calls.CallStream(tool_format) for _ in range(n)] if tool_format
+                      else None)
 
     def start(self) -> List[Dict[str, Any]]:
         """Before the first piece: chat announces the assistant's role in each choice."""
@@ -560,28 +564,34 @@ class Chunks:
         return [chunk(self.env, "", index=i, first=True) for i in range(len(self.offsets))]
 
     def piece(self, index: int, text: str, logprobs: Optional[List[TokenLP]]
-              ) -> Dict[str, Any]:
+              ) -> List[Dict[str, Any]]:
+        """The chunks of a piece of choice ``index`` (none while a tool call's text may
+        be beginning)."""
+        if self.calls is not None:
+            return [self._delta(index, d) for d in self.calls[index].feed(text)]
         c = chunk(self.env, text, index=index, logprobs=logprobs, offset=self.offsets[index])
         self.offsets[index] += len(text)
-        return c
+        return [c]
 
-    def end(self, index: int, res: GenerationResult) -> Dict[str, Any]:
-        """After a choice's last piece: its finish reason."""
-        return chunk(self.env, None, index=index, finish=finish_reason(res))
-
-    def tool_end(self, index: int, res: GenerationResult, tool_format: str
-                 ) -> List[Dict[str, Any]]:
-        """A reply held back because it may call tools (``tool_format``), read when done:
-        its text, or its calls (each with its index, as OpenAI's deltas), then its end."""
-        content, calls = tool_calls.parse(tool_format, res.text)
-        out = [chunk(self.env, content, index=index)] if content else []
+    def end(self, index: int, res: GenerationResult) -> List[Dict[str, Any]]:
+        """After a choice's last piece: what it held back, and its finish reason
+        (``tool_calls`` for a reply that called tools)."""
         finish = finish_reason(res)
-        if calls:
-            delta = {"tool_calls": [dict(c, index=j) for j, c in enumerate(calls)]}
-            out.append(self.env.wrap("chat.completion.chunk", [
-                {"index": index, "delta": delta, "finish_reason": None, "logprobs": None}]))
-            finish = "tool_calls" if finish == "stop" else finish
+        if self.calls is None:
+            return [chunk(self.env, None, index=index, finish=finish)]
+        reply = self.calls[index]
+        out = [self._delta(index, d) for d in reply.close()]
+        if reply.called and finish == "stop":
+            finish = "tool_calls"
         return out + [chunk(self.env, None, index=index, finish=finish)]
+
+    def _delta(self, index: int, delta: Tuple[str, Any]) -> Dict[str, Any]:
+        kind, value = delta
+        if kind == "content":
+            return chunk(self.env, value, index=index)
+        return self.env.wrap("chat.completion.chunk", [
+            {"index": index, "delta": {"tool_calls": [value]}, "finish_reason": None,
+             "logprobs": None}])
 
     def usage(self, results: Sequence[GenerationResult]) -> List[Dict[str, Any]]:
         """After every choice's end: the usage, when it was asked for."""
