@@ -15,6 +15,8 @@ from .prompts import Prompt, all_prompts
 SPECDEC = "specdec"
 LLAMA_CPP = "llama.cpp"
 LCP = "llama-cpp-python"
+LLAMA_SERVER = "llama-server"     # llama.cpp's server: the structured case's peer
+JSON_SCHEMA = "json_schema"       # a method's constraint: each request's JSON schema
 
 MTP_PROMPT = ("The bigram model ignores the meaning of this prompt; it only needs some tokens "
               "to start from, and a few more so that the prompt pass is not trivial. ") * 2
@@ -31,10 +33,13 @@ class Method:
     extra: Tuple[str, ...] = ()      # llama.cpp flags
     exact: bool = False              # specdec exact mode (batch-invariant kernels), timed
     temperature: float = 0.0         # specdec: sampled decoding at this temperature (0: greedy)
+    constraint: str = ""             # JSON_SCHEMA: every output under its request's schema
 
     @property
     def label(self) -> str:
-        tag = (" exact" if self.exact else "") + (f" t{self.temperature:g}" if self.temperature else "")
+        tag = ((" exact" if self.exact else "")
+               + (f" t{self.temperature:g}" if self.temperature else "")
+               + (f" {self.constraint}" if self.constraint else ""))
         if self.family == "greedy":      # a peer's plain decoding that samples (llama-simple)
             return f"{self.side} {self.drafter} greedy"
         if self.family == "plain":
@@ -59,6 +64,7 @@ class Case:
     interleave: int = 0              # requests per adaptive method timed round by round with plain
     rpc_delay_ms: Optional[float] = None   # every layer on two local RPC servers behind a proxy
                                            # adding this one-way delay; None: local
+    concurrency: int = 0             # >0: served (``structured``), this many requests at once
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,30 @@ def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
     return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
 
 
+def structured_cases(n_gen: int = 128, full: bool = False) -> Tuple[Case, ...]:
+    """JSON-schema extraction and classification (``structured_prompts``) on gemma3-270m,
+    served at concurrency 1 and 4 (``structured``): specdec's forced-token drafting with
+    n-gram and suffix drafting against its own constrained plain decoding, its unconstrained
+    plain decoding (what the mask costs), and llama-server's constrained decoding plain and
+    with its n-gram modes (best settings as above). ``n_gen`` caps each answer (a constrained
+    one ends with its JSON). ``full``: each drafter fixed and adaptive."""
+    from .structured_prompts import SETS, describe
+
+    j = JSON_SCHEMA
+    methods = (PLAIN, Method(SPECDEC, "plain", constraint=j),
+               Method(SPECDEC, "ngram", "ngram", 8, constraint=j),
+               Method(SPECDEC, "suffix", "suffix", 16, adaptive=True, constraint=j))
+    if full:
+        methods += (Method(SPECDEC, "ngram", "ngram", 8, adaptive=True, constraint=j),
+                    Method(SPECDEC, "suffix", "suffix", 8, constraint=j))
+    methods += (Method(LLAMA_SERVER, "plain", constraint=j),)
+    methods += tuple(replace(_llama_ngram(8, mode), side=LLAMA_SERVER, constraint=j)
+                     for mode in ("ngram-simple", "ngram-map-k", "ngram-mod"))
+    prompts = tuple(Prompt(name, name, describe(name)) for name in SETS)
+    return tuple(Case(f"structured-c{c}", "gemma", prompts, methods, n_gen, concurrency=c)
+                 for c in (1, 4))
+
+
 def ci() -> Matrix:
     """The CI tier (``specdec bench --ci``): the ratios that matter most in about 3 minutes on
     2 cores with peers built. Plain against llama-bench; the best n-gram drafters (fixed and
@@ -237,7 +267,8 @@ def quick() -> Matrix:
                                  (0.7, (2,), "q8_0")))
     # RPC at the largest delay only (``--full`` sweeps them)
     rpc = _rpc_case(RPC_DELAYS_MS[-1], _pick(["code-api-head", "repeat-passage"]), 128)
-    return Matrix("quick", (gemma,) + mtp + (rpc,), reps=2, check_tokens=48, bench_reps=1,
+    return Matrix("quick", (gemma,) + mtp + (rpc,) + structured_cases(), reps=2, check_tokens=48,
+                  bench_reps=1,
                   expected_minutes=QUICK_MINUTES)
 
 
@@ -295,7 +326,8 @@ def full() -> Matrix:
                    for a in (0.9, 0.7, 0.5))
     rpc = tuple(_rpc_case(d, _pick(["code-api", "repeat-passage", "records-csv", "records-jsonl"]),
                           256) for d in RPC_DELAYS_MS)
-    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + eagle3 + dflash + rpc, reps=3,
+    return Matrix("full", (gemma, layerskip) + mtp + (moe,) + eagle3 + dflash + rpc
+                  + structured_cases(full=True), reps=3,
                   check_tokens=128)
 
 
@@ -354,4 +386,5 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 __all__ = ["Case", "Matrix", "Method", "UnknownCase", "get", "ci", "quick", "full", "gpu", "tiny",
            "select", "override", "QUICK_MINUTES",
-           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "SAMPLED_PLAIN", "RPC_DELAYS_MS"]
+           "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "SAMPLED_PLAIN", "RPC_DELAYS_MS",
+           "LLAMA_SERVER", "JSON_SCHEMA", "structured_cases"]

@@ -15,7 +15,12 @@ Ratio kinds:
   decoding: what building the sampling distribution costs (target 0.95), not tracked;
 - ``oracle``: the oracle drafter (always right: the hardware's ceiling) over plain decoding, per
   ``n_max``; ``oracle-share``: a drafter's tok/s over the best oracle row's on the same prompt
-  (its speedup as a share of the ceiling's): shown, not tracked.
+  (its speedup as a share of the ceiling's): shown, not tracked;
+- ``constraint-cost``: a structured case's constrained plain decoding over its unconstrained
+  plain decoding, on the same requests and token counts: what the grammar's mask costs
+  (target 0.95), tracked. A structured case's other ratios are its best constrained
+  drafter over its constrained plain decoding (``speedup``, target 1.3) and over
+  llama-server's best constrained n-gram mode (``vs-llama.cpp``, target 1.5).
 """
 from __future__ import annotations
 
@@ -30,9 +35,10 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from .matrix import LCP, LLAMA_CPP, SPECDEC
 from .rows import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
+from .structured import structured_ratios
 
 GROUNDED = ("code", "repeat", "records")
-TRACKED_KINDS = ("speedup", "vs-llama.cpp")
+TRACKED_KINDS = ("speedup", "vs-llama.cpp", "constraint-cost")
 
 
 @dataclass
@@ -111,10 +117,11 @@ class _Case:
         return _gmean(vals)
 
     def own_plain(self, method: str) -> Optional[str]:
-        side = self.meta[method].side
+        """The plain decoding a method is a speedup over: its side's, under its constraint."""
+        side, constraint = self.meta[method].side, self.meta[method].constraint
         if side == LLAMA_CPP:
             return None           # llama.cpp's plain is llama-bench (empty context), see speedup()
-        return f"{side} plain"
+        return f"{side} plain" + (f" {constraint}" if constraint else "")
 
     def speedup(self, method: str) -> float:
         """A method over its own side's plain decoding."""
@@ -175,6 +182,9 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
 
     for case in dict.fromkeys(r.case for r in rows):
         c = _Case(case, [r for r in rows if r.case == case])
+        if any(c.meta[m].constraint for m in c.methods):
+            structured_ratios(c, put)
+            continue
         sp = c.by.get(("specdec plain", BOS_PROMPT))
         lb = c.by.get(("llama.cpp plain", BOS_PROMPT))
         if sp and lb and _ok(sp) and _ok(lb):
@@ -486,7 +496,7 @@ def _per_prompt_speedup(c: _Case, r: Row) -> float:
     if r.side == LLAMA_CPP:
         lb = c.by.get(("llama.cpp plain", BOS_PROMPT))
         return r.tok_s / lb.tok_s if lb and _ok(lb) and _ok(r) else 0.0
-    plain = c.by.get((f"{r.side} plain", r.prompt))
+    plain = c.by.get((c.own_plain(r.method) or "", r.prompt))
     return r.tok_s / plain.tok_s if plain and _ok(plain) and _ok(r) else 0.0
 
 

@@ -33,6 +33,7 @@ class Row:
     adaptive: bool = False
     exact: bool = False
     temperature: float = 0.0           # sampled rows: their temperature (0: greedy)
+    constraint: str = ""               # constrained rows: what each output matched (json_schema)
     tok_s: float = 0.0
     tok_s_runs: List[float] = field(default_factory=list)
     drafted: int = 0

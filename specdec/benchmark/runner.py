@@ -29,7 +29,7 @@ from .._core import Model
 from . import llama_tools, machine, peers
 from .case_models import CaseModels
 from .interleave import interleave
-from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
+from .matrix import LCP, LLAMA_CPP, LLAMA_SERVER, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
 from .prompts import Prompt
 from .timed_sample import (INJECT_ENV, forget_texts, inject_sleep_s,  # noqa: F401 (tests)
@@ -78,8 +78,13 @@ class Runner:
     # --- bookkeeping --------------------------------------------------------------------
 
     def _count(self) -> int:
+        from .structured import steps
+
         n = 0
         for c in self.m.cases:
+            if c.concurrency:
+                n += steps(c, self.m.reps)
+                continue
             timed = [m for m in c.methods if not (m.side == LLAMA_CPP and m.family == "plain")]
             n += len(c.prompts) * len(timed) * self.m.reps
             if c.interleave:
@@ -167,6 +172,9 @@ class Runner:
     def _run_case(self, case: Case) -> List[Row]:
         from ..testing.local_rpc import LocalRpcServers
 
+        if case.concurrency:             # served: specdec serve against llama-server
+            from .structured import run_case
+            return self._keep(run_case(self, case))
         if case.rpc_delay_ms is None and self.device_rpc:
             # as in the RPC cases: the tools get a server of their own (one client each)
             with LocalRpcServers(1, threads=self.threads) as ours, \
@@ -523,6 +531,8 @@ class Runner:
                 if m.side == LLAMA_CPP:
                     want.add({"plain": "llama-bench", "greedy": "llama-simple"}.get(
                         m.family, "llama-speculative-simple"))
+                elif m.side == LLAMA_SERVER:
+                    want.add("llama-server")
         if not want or llama_tools.built(sorted(want)):
             return
         log = llama_tools.tools_dir() / "build.log"

@@ -91,17 +91,19 @@ class ServerProcess:
 
 
 def _specdec_argv(model: str, port: int, slots: int, *, drafter: Optional[str],
-                  threads: int, adaptive: bool = False, n_gpu_layers: int = 0) -> List[str]:
+                  threads: int, adaptive: bool = False, n_gpu_layers: int = 0,
+                  n_max: int = N_MAX) -> List[str]:
     argv = [sys.executable, "-m", "specdec", "serve", "-m", model, "--port", str(port),
             "--slots", str(slots), "--n-ctx", str(N_CTX), "--threads", str(threads),
-            "--n-max", str(N_MAX)]
+            "--n-max", str(n_max)]
     if n_gpu_layers:
         argv += ["--n-gpu-layers", str(n_gpu_layers)]
     return argv + (["--drafter", drafter] if drafter else []) + (["--adaptive"] if adaptive else [])
 
 
 def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
-                spec_type: Optional[str], threads: int, n_gpu_layers: int = 0) -> List[str]:
+                spec_type: Optional[str], threads: int, n_gpu_layers: int = 0,
+                n_max: int = N_MAX, extra: Sequence[str] = ()) -> List[str]:
     from .llama_tools import cpu_only_flags
 
     argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
@@ -112,7 +114,7 @@ def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
     argv += (["-ngl", "99" if n_gpu_layers < 0 else str(n_gpu_layers)] if n_gpu_layers
              else list(cpu_only_flags()))
     if spec_type:
-        argv += ["--spec-type", spec_type, "--spec-draft-n-max", str(N_MAX)]
+        argv += ["--spec-type", spec_type, "--spec-draft-n-max", str(n_max), *extra]
     return argv
 
 

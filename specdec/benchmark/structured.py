@@ -1,0 +1,329 @@
+"""``specdec bench --case structured``: JSON-schema extraction and classification, served.
+
+A structured case (``matrix.structured_cases``) runs its methods as servers, the way apps
+call them: ``specdec serve`` (plain, and each drafter under the schema: the grammar's forced
+tokens lead every draft) and llama.cpp's ``llama-server`` (plain and each n-gram mode), with
+``--slots`` / ``-np`` equal to the case's concurrency, the same threads and the same model.
+Every request is a greedy ``/v1/completions`` with the same prompt and the same JSON schema
+in llama-server's ``json_schema`` field, which both servers take. A *pass* sends one set of
+requests (``structured_prompts.SETS``), ``concurrency`` at a time; its tok/s is its
+completion tokens over its wall time. Rows are (method, set): the median pass of ``reps``
+rounds, the methods taking turns in rotating order so that they share the machine's ups and
+downs; idle servers use no CPU. Both servers keep their prompt caches, as served.
+
+Unconstrained plain decoding answers the same requests without the schema, each capped at
+the length of its constrained answer (measured first, untimed): the same prompts and the
+same number of tokens, so that ``constrained / unconstrained`` is the mask's cost alone.
+Every constrained answer is checked against its schema (a specdec answer that fails is a
+failed check; a peer's gets a note), and, in-process and untimed, every specdec drafter's
+constrained output in exact mode must equal constrained plain decoding's token for token.
+"""
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import statistics
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+
+from .matrix import LLAMA_SERVER, SPECDEC, Case, Method
+from .rows import Row
+from .structured_prompts import SETS, Request
+
+if TYPE_CHECKING:
+    from .runner import Runner
+
+
+@dataclass
+class Pass:
+    """One set of requests through one server."""
+
+    tokens: int = 0
+    wall_s: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    lengths: List[int] = field(default_factory=list)   # completion tokens per request
+    invalid: int = 0                                   # answers that do not match the schema
+    errors: List[str] = field(default_factory=list)
+
+    @property
+    def tok_s(self) -> float:
+        return self.tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def matches(value: Any, schema: Dict[str, Any]) -> bool:
+    """Whether ``value`` matches ``schema``, for the keywords the structured requests use
+    (type, enum, properties, required, additionalProperties, items, maxItems, maxLength,
+    minimum, maximum)."""
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return (isinstance(value, dict) and all(k in value for k in schema.get("required", ()))
+                and (schema.get("additionalProperties", True) is not False
+                     or set(value) <= set(props))
+                and all(matches(v, props[k]) for k, v in value.items() if k in props))
+    if kind == "array":
+        return (isinstance(value, list) and len(value) <= schema.get("maxItems", len(value))
+                and all(matches(v, schema.get("items", {})) for v in value))
+    if kind == "string":
+        return isinstance(value, str) and len(value) <= schema.get("maxLength", len(value))
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind in ("integer", "number"):
+        number = (int,) if kind == "integer" else (int, float)
+        return (isinstance(value, number) and not isinstance(value, bool)
+                and schema.get("minimum", value) <= value <= schema.get("maximum", value))
+    return True
+
+
+def _complete(port: int, body: Dict[str, Any]) -> Dict[str, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps(body),
+                     {"Content-Type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:300]!r}")
+        out: Dict[str, Any] = json.loads(data)
+        return out
+    finally:
+        conn.close()
+
+
+def run_pass(port: int, requests: Sequence[Request], *, concurrency: int,
+             max_tokens: Sequence[int], constrained: bool) -> Pass:
+    """``requests`` greedy, ``concurrency`` at a time, request ``i`` capped at
+    ``max_tokens[i]`` tokens, each under its schema if ``constrained``."""
+    todo = list(range(len(requests)))
+    lengths = [0] * len(requests)
+    lock = threading.Lock()
+    res = Pass()
+
+    def worker() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i = todo.pop(0)
+            req = requests[i]
+            body: Dict[str, Any] = {"prompt": req.text, "max_tokens": max_tokens[i],
+                                    "temperature": 0}
+            if constrained:
+                body["json_schema"] = req.schema
+            try:
+                out = _complete(port, body)
+            except Exception as e:  # noqa: BLE001 - counted, and the row says why
+                with lock:
+                    res.errors.append(f"{type(e).__name__}: {e}")
+                continue
+            usage = out.get("usage") or {}
+            spec = usage.get("speculation") or {}           # specdec serve
+            timings = out.get("timings") or {}              # llama-server
+            ok = True
+            if constrained:
+                try:
+                    ok = matches(json.loads(out["choices"][0]["text"]), req.schema)
+                except (ValueError, KeyError, IndexError):
+                    ok = False
+            with lock:
+                lengths[i] = int(usage.get("completion_tokens", 0))
+                res.tokens += lengths[i]
+                res.drafted += int(spec.get("drafted", timings.get("draft_n", 0)) or 0)
+                res.accepted += int(spec.get("accepted", timings.get("draft_n_accepted", 0)) or 0)
+                res.invalid += not ok
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    res.wall_s = time.perf_counter() - t0
+    res.lengths = lengths
+    return res
+
+
+def structured_ratios(c: Any, put: Callable[..., None]) -> None:
+    """A structured case's ratios (``c``: its rows, as ``report`` indexes them; ``put``:
+    records one): the best constrained drafter over llama-server's best constrained n-gram
+    mode and over constrained plain decoding, and what the mask costs plain decoding."""
+    def best(side: str) -> Optional[str]:
+        scored = [(c.score(m), m) for m in c.methods if c.meta[m].side == side
+                  and c.meta[m].constraint and c.meta[m].family != "plain"]
+        scored = [x for x in scored if x[0] > 0]
+        return max(scored)[1] if scored else None
+    ours, theirs = best(SPECDEC), best(LLAMA_SERVER)
+    constraint = next(c.meta[m].constraint for m in c.methods if c.meta[m].constraint)
+    plain, cplain = "specdec plain", f"specdec plain {constraint}"
+    if ours and theirs:
+        put(c.name, f"best specdec {constraint} / best llama-server n-gram {constraint}",
+            c.ratio(ours, theirs), "vs-llama.cpp", 1.5)
+    if ours and cplain in c.meta:
+        put(c.name, f"best specdec {constraint} / {cplain}", c.ratio(ours, cplain), "speedup",
+            1.3)
+    if cplain in c.meta and plain in c.meta:
+        put(c.name, f"{cplain} / {plain}", c.ratio(cplain, plain), "constraint-cost", 0.95)
+    theirs_plain = f"llama-server plain {constraint}"
+    if cplain in c.meta and theirs_plain in c.meta:
+        put(c.name, f"{cplain} / {theirs_plain}", c.ratio(cplain, theirs_plain), "vs-llama.cpp")
+
+
+def steps(case: Case, reps: int) -> int:
+    """The runner's progress steps of a structured case: its passes and exact checks."""
+    drafters = sum(1 for m in case.methods if m.side == SPECDEC and m.family != "plain")
+    return len(case.prompts) * len(case.methods) * reps + 1 + drafters
+
+
+def _server_key(m: Method) -> Method:
+    """The server a method runs on: plain serves its constrained and unconstrained rows."""
+    return replace(m, constraint="")
+
+
+def _start_servers(runner: "Runner", case: Case, model: str, log_path: Path,
+                   errors: Dict[Method, str]) -> Dict[Method, Any]:
+    from . import llama_tools
+    from .serve import ServerProcess, _llama_argv, _specdec_argv, free_port
+
+    binary: Optional[Path] = None
+    if not runner.peers_enabled:
+        why: Optional[str] = "peers disabled (--no-peers)"
+    elif not runner.build_peers and not llama_tools.built(["llama-server"]):
+        why = "llama-server is not built (--no-build)"
+    else:
+        try:
+            binary, why = llama_tools.ensure_tools(("llama-server",))["llama-server"], None
+        except Exception as e:  # noqa: BLE001 - the rows say why
+            why = f"llama-server did not build: {e}"
+    servers: Dict[Method, Any] = {}
+    c = case.concurrency
+    for m in case.methods:
+        key = _server_key(m)
+        if key in servers or m in errors:
+            continue
+        if m.side == LLAMA_SERVER:
+            if binary is None:
+                errors[m] = why or "llama-server unavailable"
+                continue
+            argv: Callable[[int], List[str]] = functools.partial(
+                _llama_argv, binary, model, slots=c, spec_type=m.drafter or None,
+                threads=runner.threads, n_max=m.n_max or 1, extra=m.extra)
+        else:
+            argv = functools.partial(_specdec_argv, model, slots=c, drafter=m.drafter or None,
+                                     threads=runner.threads, adaptive=m.adaptive,
+                                     n_max=m.n_max or 4)
+        port = free_port()
+        try:
+            servers[key] = ServerProcess(argv(port), port, log_path)
+        except Exception as e:  # noqa: BLE001
+            errors[m] = f"{type(e).__name__}: {str(e)[-300:]}"
+    return servers
+
+
+def run_case(runner: "Runner", case: Case) -> List[Row]:
+    """Measure a structured case (see the module's docstring); its rows."""
+    model = runner.models.target(case)
+    log_path = Path(tempfile.gettempdir()) / f"specdec-bench-{case.name}-servers.log"
+    errors: Dict[Method, str] = {}
+    servers = _start_servers(runner, case, model, log_path, errors)
+    passes: Dict[Method, Dict[str, List[Pass]]] = {m: {s.name: [] for s in case.prompts}
+                                                  for m in case.methods}
+    cplain = next(m for m in case.methods if m.side == SPECDEC and m.family == "plain"
+                  and m.constraint)
+    try:
+        caps: Dict[str, List[int]] = {}
+        for p in case.prompts:
+            reqs = SETS[p.name]
+            full = [case.n_gen] * len(reqs)
+            for srv in servers.values():                  # warm-up: first batch shapes
+                run_pass(srv.port, reqs[:case.concurrency], concurrency=case.concurrency,
+                         max_tokens=[8] * len(reqs), constrained=True)
+            # the unconstrained rows' caps: the constrained answers' lengths
+            srv = servers.get(_server_key(cplain))
+            first = (run_pass(srv.port, reqs, concurrency=1, max_tokens=full, constrained=True)
+                     if srv is not None else Pass(lengths=full))
+            caps[p.name] = [n or case.n_gen for n in first.lengths]
+        names = [m for m in case.methods if m not in errors]
+        for rep in range(runner.m.reps):
+            for p in case.prompts:
+                reqs = SETS[p.name]
+                for m in names[rep % len(names):] + names[:rep % len(names)]:
+                    got = run_pass(servers[_server_key(m)].port, reqs,
+                                   concurrency=case.concurrency,
+                                   max_tokens=(caps[p.name] if not m.constraint
+                                               else [case.n_gen] * len(reqs)),
+                                   constrained=bool(m.constraint))
+                    passes[m][p.name].append(got)
+                    runner._tick(f"{case.name} {p.name} {m.label}: {got.tok_s:.1f} tok/s")
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    rows = [_row(case, p.name, m, passes[m][p.name], errors.get(m))
+            for p in case.prompts for m in case.methods]
+    _exact_check(runner, case, model, rows)
+    return rows
+
+
+def _row(case: Case, prompt: str, m: Method, got: List[Pass], error: Optional[str]) -> Row:
+    r = Row(case.name, prompt, prompt, m.label, m.side, m.family, m.drafter, m.n_max,
+            m.adaptive, m.exact, m.temperature, constraint=m.constraint)
+    if error is not None or not got:
+        r.status, r.note = ("unavailable" if error else "error"), error or "no pass ran"
+        return r
+    failed = [e for g in got for e in g.errors]
+    if failed:
+        r.status, r.note = "error", failed[0][:300]
+        return r
+    r.tok_s_runs = [g.tok_s for g in got]
+    r.tok_s = statistics.median(r.tok_s_runs)
+    r.drafted, r.accepted = got[-1].drafted, got[-1].accepted
+    invalid = sum(g.invalid for g in got)
+    n = sum(len(g.lengths) for g in got)
+    notes = [f"concurrency {case.concurrency}, {len(got[-1].lengths)} requests per pass"]
+    if invalid:
+        notes.append(f"{invalid} of {n} answers do not match their schema")
+        if m.side == SPECDEC:
+            r.check = f"error: {invalid} of {n} answers do not match their schema"
+    r.note = "; ".join(notes)
+    return r
+
+
+def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> None:
+    """Exact mode, in-process: each specdec drafter's constrained output must equal
+    constrained plain decoding's, request by request."""
+    from .. import api
+    from .._core import Model
+
+    n = runner.m.check_tokens
+    reqs = [r for p in case.prompts for r in SETS[p.name]]
+    model = Model(path, use_extra_bufts=False)
+    n_ctx = max(512, max(len(model.tokenize(r.text)) for r in reqs) + n + 64)
+
+    def outputs(m: Method) -> List[List[int]]:
+        dec = api.Decoder(model, drafter=m.drafter or None, n_max=m.n_max or 4,
+                          adaptive=m.adaptive, exact=True, n_ctx=n_ctx, n_threads=runner.threads)
+        return [dec.generate(r.text, max_tokens=n, json_schema=r.schema).tokens for r in reqs]
+
+    ref = outputs(Method(SPECDEC, "plain"))
+    runner._tick(f"exact check {case.name}: constrained plain reference")
+    for m in case.methods:
+        if m.side != SPECDEC or not m.constraint:
+            continue
+        if m.family == "plain":
+            verdict = "ref"
+        else:
+            try:
+                verdict = "PASS" if outputs(m) == ref else "FAIL"
+            except Exception as e:  # noqa: BLE001
+                verdict = f"error: {type(e).__name__}: {e}"
+            runner._tick(f"exact check {case.name} {m.label}: {verdict}")
+        for r in rows:
+            if r.method == m.label and r.status == "ok" and not r.check:
+                r.check = verdict

@@ -1,0 +1,74 @@
+"""``specdec bench --case structured`` runs and reports its ratios: its concurrency-1 case on a
+tiny synthetic chat model with small schemas (served by ``specdec serve`` children), its rows
+and exact check, the ratios the gate tracks, and ``--list`` naming them."""
+import pytest
+
+pytest.importorskip("llguidance")
+pytest.importorskip("starlette")
+
+from specdec.benchmark import listing, matrix, report, structured  # noqa: E402
+from specdec.benchmark.case_models import CaseModels  # noqa: E402
+from specdec.benchmark.runner import Runner, rows_of  # noqa: E402
+from specdec.benchmark.structured_prompts import ORDER_SCHEMA, Request  # noqa: E402
+from specdec.testing.chat import write_tiny_chat  # noqa: E402
+
+LABEL = {"type": "object", "properties": {"label": {"type": "string", "enum": ["alpha", "beta"]},
+                                          "ok": {"type": "boolean"}},
+         "required": ["label", "ok"], "additionalProperties": False}
+TRACKED = ("best specdec json_schema / specdec plain json_schema",
+           "specdec plain json_schema / specdec plain")
+
+
+def test_matches_checks_what_the_requests_use():
+    schema = ORDER_SCHEMA
+    good = {"customer": "A", "email": "a@b", "city": "C", "order_id": "X-1", "total": 1.5,
+            "items": [{"name": "n", "quantity": 2}]}
+    assert structured.matches(good, schema)
+    for bad in ({**good, "extra": 1}, {**good, "total": "1"}, {**good, "items": [{"name": "n"}]},
+                {**good, "items": [{"name": "n", "quantity": 100}]}, {**good, "city": "C" * 31},
+                {k: v for k, v in good.items() if k != "email"}):
+        assert not structured.matches(bad, schema)
+
+
+def test_the_structured_case_runs_and_reports_its_ratios(tmp_path, monkeypatch):
+    model = str(write_tiny_chat(tmp_path / "tiny.gguf", "chatml", chat_template=None,
+                                reply="Hi_thEre!"))
+    monkeypatch.setattr(CaseModels, "target", lambda self, case: model)
+    sets = {"extract": (Request("Extract: alpha", LABEL), Request("Extract: beta", LABEL)),
+            "classify": (Request("Classify: x", LABEL), Request("Classify: y", LABEL))}
+    monkeypatch.setattr(structured, "SETS", sets)
+    case = matrix.structured_cases(n_gen=48)[0]
+    assert case.name == "structured-c1" and case.concurrency == 1
+    m = matrix.Matrix("t", (case,), reps=2, check_tokens=48)
+    results = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
+    rows = {(r.method, r.prompt): r for r in rows_of(results)}
+    for p in sets:
+        for meth in case.methods:
+            r = rows[(meth.label, p)]
+            if meth.side == matrix.LLAMA_SERVER:
+                assert r.status == "unavailable" and "--no-peers" in r.note
+                continue
+            assert r.status == "ok" and r.tok_s > 0 and len(r.tok_s_runs) == 2, r
+            assert r.constraint == meth.constraint
+            if meth.constraint and meth.family != "plain":
+                assert r.check == "PASS" and r.drafted > 0     # forced tokens, at least
+    assert rows[("specdec plain json_schema", "extract")].check == "ref"
+    ratios = results["ratios"]
+    for name in TRACKED:
+        r = ratios[f"structured-c1: {name}"]
+        assert r["tracked"] and r["value"] > 0 and len(r["runs"]) == 2
+    assert ratios["structured-c1: specdec plain json_schema / specdec plain"]["kind"] == \
+        "constraint-cost"
+    assert results["failures"] == []
+    md = report.markdown(results)
+    assert "## structured-c1" in md and "specdec suffix adaptive json_schema" in md
+    # --list names the same ratios, the one against llama-server first among them
+    listed = listing.case_ratios(case)
+    assert "best specdec json_schema / best llama-server n-gram json_schema" in listed
+    assert all(name in listed for name in TRACKED)
+
+
+def test_quick_and_full_matrices_hold_the_structured_cases():
+    for name in ("quick", "full"):
+        cases = {c.name: c for c in matrix.get(name).cases}
+        assert cases["structured-c1"].concurrency == 1 and cases["structured-c4"].concurrency == 4
