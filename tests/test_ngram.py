@@ -64,3 +64,21 @@ def test_ngram_speeds_up_repetition(gemma_path):
     assert spec.stats.rounds < 60
     assert len(spec.tokens) == len(plain.tokens) == 60
     assert spec.tokens == plain.tokens
+
+
+def test_the_longest_match_wins_over_the_latest(gemma):
+    """The key [2, 3] + pending 4 occurs twice; the older occurrence is preceded by the same
+    9, 8 as the current text (a match of 5 tokens, against 3 for the latest), so it is the
+    passage being repeated and its continuation is drafted."""
+    from specdec import Context
+    d = create("ngram")
+    d.bind(Context(gemma, n_ctx=64), 1)
+    hist = [9, 8, 2, 3, 4, 50, 51, 52, 1, 2, 3, 4, 60, 61, 7, 9, 8, 2, 3]
+    run_begin(d, 0, hist)
+    run_observe(d, 0, hist)
+    assert run_propose(d, 0, 4, 3) == [50, 51, 52]
+    # a context that matches the latest occurrence as long: the latest wins
+    hist2 = [5, 2, 3, 4, 50, 6, 2, 3, 4, 60, 7, 2, 3]
+    run_begin(d, 0, hist2)
+    run_observe(d, 0, hist2)
+    assert run_propose(d, 0, 4, 1) == [60]
