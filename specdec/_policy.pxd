@@ -27,6 +27,12 @@ cdef class DraftPolicy:
     cdef double cal_tokens, cal_time, cal_tokens_predicted, cal_time_predicted, cal_rounds
     # the last choose(): the round's expected tokens and time (0: not measured yet)
     cdef readonly double predicted_tokens, predicted_time
+    # the verify cost line of long drafts: decayed sums over verifies of k >= LINE_FROM drafts
+    # of count, k, k^2, time in plain rounds, k * time; n_long counts them
+    cdef double ln_n, ln_r, ln_rr, ln_t, ln_rt
+    cdef long n_long
+    cdef bint _line(self, double * a, double * b) noexcept
+    cdef void _line_sample(self, int k, double t) noexcept
     cdef double _load_factor(self, double ref) noexcept
     cdef double _plain_time_now(self) noexcept
     cdef double _verify_measured(self, int k) noexcept

@@ -54,6 +54,16 @@ acceptance estimates remember; a run of them can); and each request of a nearly 
 drafter that was right within that memory begins with a probe on the shortest gap: a new
 text may be one the drafter knows.
 
+Past ``LINE_FROM`` drafts the verify time is priced by a line ``tv(k) = (a + b k) tv(0)``,
+fitted (decayed least squares, in plain rounds so the load cancels out) to the verifies of
+``LINE_FROM`` drafts or more: a long verbatim repeat (code that repeats itself, a passage
+asked for again) is accepted token after token for 40+ drafts, and with an ``n_max`` of 64
+measuring every length on its own (8 samples each, one exploration round in 8) would take
+thousands of rounds, each cutting a good draft short. The tiles that make short lengths
+non-monotonic (4 rows a tile) are small against 9+ rows. Exploration then treats the long
+lengths as one: it verifies the whole proposal while the line has fewer than ``MEASURED``
+samples, the short lengths one by one as before.
+
 The first verify of each length is no cost sample: a backend's first decode of a new
 batch shape pays a one-off set-up (over llama.cpp's RPC backend a synchronous round trip
 per new tensor shape, ~60 ms at 2 ms latency against a ~30 ms decode). Averaged in, it made
@@ -75,6 +85,8 @@ DEF PLAIN_EVERY = 64
 DEF FREE_DRAFT = 0.05     # drafting "nearly free": the full cap costs < 5% of a plain round
 DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
 DEF P_STOP_MAX = 0.5      # the confidence floor of p_stop never goes above this
+DEF LINE_FROM = 8         # verify times of longer drafts come from the cost line (see _line)
+DEF LINE_VAR = 4.0        # the line's lengths must spread this much (variance, rows^2)
 
 
 cdef inline double _weight(double n) noexcept:
@@ -131,6 +143,35 @@ cdef class DraftPolicy:
         self.cal_tokens = self.cal_time = self.cal_rounds = 0.0
         self.cal_tokens_predicted = self.cal_time_predicted = 0.0
         self.predicted_tokens = self.predicted_time = 0.0
+        self.ln_n = self.ln_r = self.ln_rr = self.ln_t = self.ln_rt = 0.0
+        self.n_long = 0
+
+    cdef bint _line(self, double * a, double * b) noexcept:
+        """The verify cost line of ``LINE_FROM`` drafts or more, ``tv(k) = (a + b k) tv(0)``
+        (False: fewer than 3 samples, or their lengths too alike to fit a slope)."""
+        if self.ln_n < 3.0:
+            return False
+        cdef double mr = self.ln_r / self.ln_n, mt = self.ln_t / self.ln_n
+        cdef double var = self.ln_rr / self.ln_n - mr * mr
+        if var < LINE_VAR:
+            return False
+        b[0] = max((self.ln_rt / self.ln_n - mr * mt) / var, 0.0)
+        a[0] = mt - b[0] * mr
+        return True
+
+    cdef void _line_sample(self, int k, double t) noexcept:
+        """A verify of ``k >= LINE_FROM`` drafts took ``t`` (with a plain round measured): a
+        sample of the cost line, clipped at twice its estimate once it has one (a preempted
+        decode must not tilt it)."""
+        cdef double a, b, y = t / self.t_verify[0]
+        if self._line(&a, &b) and y > 2.0 * (a + b * k):
+            y = 2.0 * (a + b * k)
+        self.ln_n = DECAY * self.ln_n + 1.0
+        self.ln_r = DECAY * self.ln_r + k
+        self.ln_rr = DECAY * self.ln_rr + <double>k * k
+        self.ln_t = DECAY * self.ln_t + y
+        self.ln_rt = DECAY * self.ln_rt + k * y
+        self.n_long += 1
 
     cdef double _load_factor(self, double ref) noexcept:
         """How much slower plain rounds are now than when a time with plain-round reference
@@ -160,8 +201,12 @@ cdef class DraftPolicy:
         return t
 
     cdef double _verify_time_estimate(self, int k) noexcept:
-        """Verify time for ``k`` drafts: measured, else interpolated from the measured
-        lengths (or extrapolated, +30% a row)."""
+        """Verify time for ``k`` drafts: past ``LINE_FROM`` the cost line once it is fitted;
+        else measured, else interpolated from the measured lengths (or extrapolated, +30% a
+        row)."""
+        cdef double a, b
+        if k > LINE_FROM and self.n_verify[0] > 0 and self._line(&a, &b):
+            return (a + b * k) * self.t_verify[0]
         if self.n_verify[k] > 0:
             return self._verify_measured(k)
         cdef int lo = -1, hi = -1, j
@@ -322,16 +367,20 @@ cdef class DraftPolicy:
             self._predict(0, t_drafted)
             return 0
         cdef int k, best = 0
+        cdef double n_best
         if self.exploring:
             # the least measured length, until it has MEASURED samples: verify cost is not
-            # monotonic in the rows (kernels tile by 4), so no length's cost may be left to
-            # interpolation; once measured, the load factor keeps it current, and cutting a
-            # good draft short every EXPLORE_EVERY rounds would cost ~10% of the tokens
+            # monotonic in the rows (kernels tile by 4), so no short length's cost may be left
+            # to interpolation; once measured, the load factor keeps it current, and cutting a
+            # good draft short every EXPLORE_EVERY rounds would cost ~10% of the tokens. The
+            # lengths past LINE_FROM are one, the cost line's: the whole proposal measures it
             best = proposed
-            for k in range(proposed - 1, 0, -1):
-                if self.n_verify[k] < self.n_verify[best]:
+            n_best = self.n_verify[proposed] if proposed <= LINE_FROM else self.n_long
+            for k in range(min(proposed - 1, LINE_FROM), 0, -1):
+                if self.n_verify[k] < n_best:
                     best = k
-            if self.n_verify[best] >= MEASURED:
+                    n_best = self.n_verify[k]
+            if n_best >= MEASURED:
                 # a probe verifies what it asked for: it is there to test the acceptance
                 # that the estimates rule out
                 best = proposed if self.probing else 0
@@ -404,6 +453,8 @@ cdef class DraftPolicy:
         else:
             _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
                      self._plain_time_now())
+            if k >= LINE_FROM and self.n_verify[0] > 0:
+                self._line_sample(k, t_dec)
         # draft i was tried only if drafts 1..i-1 were accepted
         for i in range(1, min(a + 1, k) + 1):
             self.n_alpha[i] = DECAY * self.n_alpha[i] + 1.0

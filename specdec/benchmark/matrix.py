@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import List, Optional, Tuple
 
+from ..config import N_MAX_LIMIT
 from .prompts import Prompt, all_prompts
 
 SPECDEC = "specdec"
@@ -76,6 +77,12 @@ class Matrix:
     bench_reps: int = 2              # llama-bench repetitions per round
     oracle_check_n_max: Tuple[int, ...] = (4, 8, 16)   # exact check: verify batches of n + 1 rows
     expected_minutes: float = 0.0    # wall time on 2 cores with peers built (stated at start)
+
+
+#: the adaptive lookup drafters' cap: the longest draft there is (``N_MAX_LIMIT``). A long
+#: verbatim repeat is accepted 40+ tokens at a time (llama.cpp's default drafts 48), and the
+#: policy prices long drafts by the measured cost line, so the cap is not what limits them
+LOOKUP_CAP = N_MAX_LIMIT
 
 
 def _s(family: str, drafter: str, n_max: int = 0, adaptive: bool = False,
@@ -196,8 +203,9 @@ RPC_DELAYS_MS = (0.0, 0.5, 2.0)
 
 
 def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
-    methods = (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
-               _s("suffix", "suffix", 8), _s("suffix", "suffix", 16, adaptive=True),
+    methods = (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3),
+               _s("ngram", "ngram", LOOKUP_CAP, adaptive=True),
+               _s("suffix", "suffix", 8), _s("suffix", "suffix", LOOKUP_CAP, adaptive=True),
                _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"))
     return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
 
@@ -235,7 +243,7 @@ def ci() -> Matrix:
     a spread); the exact-mode check at 32 tokens and one oracle batch size."""
     gemma = Case("gemma3-270m", "gemma", _pick(["code-api-head", "repeat-passage"]),
                  (PLAIN, LLAMA_PLAIN, _s("ngram", "ngram", 3),
-                  _s("suffix", "suffix", 16, adaptive=True),
+                  _s("suffix", "suffix", LOOKUP_CAP, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k")),
                  n_gen=64)
     mtp = _mtp_case(0.9, (3,), "mid", 64, interleave=2, heads=("mtp",))
@@ -254,8 +262,8 @@ def quick() -> Matrix:
     gemma = Case("gemma3-270m", "gemma",
                  _pick(["code-api-head", "repeat-passage", "records-csv", "open-story"]),
                  (PLAIN, LLAMA_PLAIN,
-                  _s("ngram", "ngram", 3), _s("ngram", "ngram", 8, adaptive=True),
-                  _s("suffix", "suffix", 16, adaptive=True),
+                  _s("ngram", "ngram", 3), _s("ngram", "ngram", LOOKUP_CAP, adaptive=True),
+                  _s("suffix", "suffix", LOOKUP_CAP, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
                   LLAMA_NGRAM_DEFAULT, LCP_PLAIN, Method(LCP, "ngram", "pld", 2), SAMPLED_PLAIN)
                  + EXACT + ORACLE_TIMED,
@@ -299,9 +307,8 @@ def full() -> Matrix:
     for fam, drafter, sweep in (("ngram", "ngram", (3, 4, 6)), ("suffix", "suffix", (3, 4, 6)),
                                 ("ngram-map", "ngram-map", (4, 8)),
                                 ("ngram-cache", "ngram-cache", (3, 4))):
-        # suffix drafts long runs when the text repeats: its policy may go to 16
-        s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, 16 if fam == "suffix" else 8,
-                                                        adaptive=True)]
+        # lookup drafters draft long runs when the text repeats: the policy may go to 64
+        s += [_s(fam, drafter, n) for n in sweep] + [_s(fam, drafter, LOOKUP_CAP, adaptive=True)]
     s += [_llama_ngram(n) for n in (3, 4, 6)] + [LLAMA_NGRAM_DEFAULT]
     s += [_llama_ngram(n, "ngram-map-k") for n in (3, 4, 6)]
     s += [_llama_ngram(n, "ngram-mod") for n in (4, 8, 16)]
