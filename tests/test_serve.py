@@ -611,6 +611,23 @@ def test_benchmark_client(ending):
     assert both["tokens_per_s"] == pytest.approx(s["tokens_per_s"])
 
 
+def test_benchmark_client_sends_the_sampled_rows_temperature(monkeypatch):
+    """The load client is greedy unless its extra fields set a temperature (the serve bench's
+    sampled rows send OpenAI's default, 1.0)."""
+    from specdec.benchmark import serve, serve_load
+
+    bodies = []
+
+    def fake(host, port, body):
+        bodies.append(body)
+        return serve_load.Sample(ttft_s=0.01, gaps_s=[], n_tokens=1, latency_s=0.01)
+    monkeypatch.setattr(serve_load, "stream_completion", fake)
+    serve_load.run_load("h", 1, ["a"], concurrency=1, n_gen=2, n_requests=1)
+    serve_load.run_load("h", 1, ["a"], concurrency=1, n_gen=2, n_requests=1,
+                        extra=serve.SAMPLED_BODY)
+    assert [b["temperature"] for b in bodies] == [0, 1.0] and bodies[1]["seed"] == 1
+
+
 def test_benchmark_prompts_and_report():
     """The serve benchmark's prompts are the grounded ones; its report takes any concurrency."""
     from specdec.benchmark import prompts, serve
@@ -630,6 +647,10 @@ def test_benchmark_prompts_and_report():
                                 "best_llama_server": "llama-server ngram-simple", "plain": 1.0}}}
     md = serve.markdown(results)
     assert "| 4 | 1.00x" in md and "Decoder.generate" not in md
+    # the sampled rows' ratios (OpenAI's default temperature): a column each, '-' when absent
+    results["ratios"]["4"].update(sampled_plain_vs_greedy=0.97, sampled_plain_vs_llama=1.2)
+    assert "| 1.00x | 0.97x | 1.20x |" in serve.markdown(results)
+    assert set(serve.SAMPLED.values()) <= set(rows) | {"specdec suffix adaptive"}
     # the report names the CPU it ran on: ratios only compare on one kind of machine
     results["machine"] = {"cpu": "Some CPU 9000"}
     assert "2 threads (Some CPU 9000)," in serve.markdown(results)

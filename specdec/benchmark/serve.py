@@ -10,6 +10,11 @@ each concurrency's aggregate tokens/s, TTFT and ITL percentiles, and the ratios 
 tracks: specdec's best drafter over llama-server's best n-gram mode, specdec plain over
 llama-server plain, and, at concurrency 1, HTTP streaming over the same requests through
 ``Decoder.generate`` in this process.
+
+Every OpenAI client that sends no ``temperature`` samples at 1.0, so a server's default path
+is sampled decoding: the ``SAMPLED`` rows send the same requests at temperature 1.0 (seeded)
+to the plain servers and to specdec's adaptive suffix drafter, and the ratios give specdec's
+sampled plain over its greedy plain and over llama-server's sampled plain.
 """
 from __future__ import annotations
 
@@ -42,6 +47,12 @@ N_CTX = 4096      # per slot
 GROUNDED = ("code", "repeat", "records")
 #: the drafter of the HTTP-streaming-overhead check at concurrency 1
 HTTP_VS_DECODER = "ngram"
+#: the request fields of the sampled rows: OpenAI's default temperature, seeded
+SAMPLED_BODY = {"temperature": 1.0, "seed": 1}
+#: sampled rows: their name -> the server (a greedy row's name) that takes their requests
+SAMPLED = {"specdec plain t=1": "specdec plain",
+           "specdec suffix adaptive t=1": "specdec suffix adaptive",
+           "llama-server plain t=1": "llama-server plain"}
 
 
 def grounded_prompts() -> List[str]:
@@ -161,7 +172,7 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     for t in (None,) + LLAMA_SPEC_TYPES:
         argvs[f"llama-server {t or 'plain'}"] = functools.partial(
             _llama_argv, binary, model, spec_type=t, threads=threads, n_gpu_layers=n_gpu_layers)
-    rows: Dict[str, Dict[str, Any]] = {name: {} for name in argvs}
+    rows: Dict[str, Dict[str, Any]] = {name: {} for name in list(argvs) + list(SAMPLED)}
     direct = f"Decoder.generate {HTTP_VS_DECODER}"
     if not concurrency or any(isinstance(c, bool) or not isinstance(c, int) or c < 1
                               for c in concurrency):
@@ -182,15 +193,17 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
                               n_gpu_layers=n_gpu_layers)
                 dec.generate(prompts[0], max_tokens=8)
             merged: Dict[str, LoadResult] = {}
-            names = list(servers) + ([direct] if dec is not None else [])
+            names = list(servers) + list(SAMPLED) + ([direct] if dec is not None else [])
             for rep in range(reps):
                 for name in names[rep % len(names):] + names[:rep % len(names)]:
                     log(f"serve bench: concurrency {c}, pass {rep + 1}/{reps}: {name}")
                     if name == direct:
                         res = _decoder_pass(dec, prompts, n_gen)
                     else:
-                        res = run_load("127.0.0.1", servers[name].port, prompts, concurrency=c,
-                                       n_gen=n_gen, n_requests=max(c, len(prompts)))
+                        res = run_load("127.0.0.1", servers[SAMPLED.get(name, name)].port,
+                                       prompts, concurrency=c, n_gen=n_gen,
+                                       n_requests=max(c, len(prompts)),
+                                       extra=SAMPLED_BODY if name in SAMPLED else None)
                     merged[name] = merged[name].merge(res) if name in merged else res
         finally:
             for srv in servers.values():
@@ -213,7 +226,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     results["ratios"] = {c: {
         "best_spec": _ratio(rows, best_specdec[c], best_llama[c], c),
         "best_specdec": best_specdec[c], "best_llama_server": best_llama[c],
-        "plain": _ratio(rows, "specdec plain", "llama-server plain", c)}
+        "plain": _ratio(rows, "specdec plain", "llama-server plain", c),
+        "sampled_plain_vs_greedy": _ratio(rows, "specdec plain t=1", "specdec plain", c),
+        "sampled_plain_vs_llama": _ratio(rows, "specdec plain t=1", "llama-server plain t=1", c)}
         for c in map(str, concurrency)}
     if 1 in concurrency:
         results["http_vs_decoder_c1"] = {
@@ -259,11 +274,16 @@ def markdown(results: Dict[str, Any]) -> str:
             lines.append(f"| {name} | {c} | {s['tokens_per_s']:.1f} | {ms(s['ttft_ms'])} | "
                          f"{ms(s['itl_ms'])} | {tpot} | {s['errors']} |")
     lines += ["", "| conc. | best specdec / best llama-server n-gram | specdec plain / "
-              "llama-server plain |", "|---|---|---|"]
+              "llama-server plain | specdec plain t=1 / greedy | specdec plain t=1 / "
+              "llama-server plain t=1 |", "|---|---|---|---|---|"]
+
+    def x(v: Optional[float]) -> str:
+        return "-" if v is None else f"{v:.2f}x"
     for c, r in results["ratios"].items():
-        bs = "-" if r["best_spec"] is None else f"{r['best_spec']:.2f}x"
-        pl = "-" if r["plain"] is None else f"{r['plain']:.2f}x"
-        lines.append(f"| {c} | {bs} ({r['best_specdec']} / {r['best_llama_server']}) | {pl} |")
+        lines.append(f"| {c} | {x(r['best_spec'])} ({r['best_specdec']} / "
+                     f"{r['best_llama_server']}) | {x(r['plain'])} | "
+                     f"{x(r.get('sampled_plain_vs_greedy'))} | "
+                     f"{x(r.get('sampled_plain_vs_llama'))} |")
     h = results.get("http_vs_decoder_c1")
     if h is None:
         return "\n".join(lines) + "\n"

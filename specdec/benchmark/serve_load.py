@@ -111,8 +111,9 @@ def stream_completion(host: str, port: int, body: Dict[str, Any], *,
 def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, n_gen: int,
              n_requests: Optional[int] = None, extra: Optional[Dict[str, Any]] = None
              ) -> LoadResult:
-    """``n_requests`` (default ``2 * concurrency``, at least one per prompt) greedy streaming
-    completions of ``n_gen`` tokens, ``concurrency`` at a time, prompts in turn."""
+    """``n_requests`` (default ``2 * concurrency``, at least one per prompt) streaming
+    completions of ``n_gen`` tokens, ``concurrency`` at a time, prompts in turn; greedy unless
+    ``extra`` (more body fields) sets another ``temperature``."""
     n = n_requests or max(2 * concurrency, len(prompts))
     todo = list(range(n))
     lock = threading.Lock()
@@ -124,8 +125,8 @@ def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, 
                 if not todo:
                     return
                 i = todo.pop(0)
-            body = dict(extra or {}, prompt=prompts[i % len(prompts)], max_tokens=n_gen,
-                        temperature=0)
+            body = dict({"temperature": 0}, prompt=prompts[i % len(prompts)], max_tokens=n_gen)
+            body.update(extra or {})
             try:
                 s = stream_completion(host, port, body)
                 with lock:
