@@ -11,6 +11,7 @@ matcher masks each verify row in the round (``specdec._grammar``).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import weakref
 from dataclasses import dataclass, field, fields
@@ -88,7 +89,7 @@ class Constraint:
         if kind == "grammar":
             from llguidance.gbnf_to_lark import any_to_lark
             try:
-                value = any_to_lark(value)
+                value = _group_stacked_quantifiers(any_to_lark(value))
             except Exception as e:
                 raise ValueError(f"bad GBNF grammar: {e}") from None
         return llg.LLMatcher.grammar_from_lark(value)
@@ -123,6 +124,53 @@ def schema_dict(schema: Any) -> Dict[str, Any]:
         raise ValueError("json_schema must be a JSON object (a dict), its text, or a pydantic "
                          f"model class, got {type(schema).__name__}")
     return dict(schema)
+
+
+def _group_stacked_quantifiers(lark: str) -> str:
+    """``lark`` with each quantifier that follows another one applied to a group of the
+    atom and the first: llguidance's GBNF converter drops the parentheses of a one-item
+    group, so GBNF's ``(("a")?)?`` or ``("a"*)+`` became ``"a"??`` or ``"a"*+``, which its
+    Lark parser refuses; ``("a"?)?`` means the same."""
+    out: List[str] = []
+    starts: List[int] = []       # where each open parenthesis is in ``out``
+    atom = -1                    # where the last atom (literal, class, name, group) starts
+    quantified = False           # the last thing written is a quantifier
+    i, n = 0, len(lark)
+    while i < n:
+        ch = lark[i]
+        if ch in "\"/[":           # a string, a regex or a character class: copied whole
+            close = {"[": "]"}.get(ch, ch)
+            j = i + 1
+            while j < n and lark[j] != close:
+                j += 2 if lark[j] == "\\" else 1
+            atom, quantified = len(out), False
+            out.append(lark[i:j + 1])
+            i = j + 1
+            continue
+        if ch in "?*+{" and atom >= 0 and (ch != "{" or re.match(r"\{\d+(,\d*)?\}", lark[i:])):
+            j = lark.index("}", i) + 1 if ch == "{" else i + 1
+            if quantified:
+                out.insert(atom, "(")
+                out.append(")")
+            out.append(lark[i:j])
+            quantified = True
+            i = j
+            continue
+        if ch == "(":
+            starts.append(len(out))
+            atom = -1
+        elif ch == ")" and starts:
+            atom = starts.pop()
+        elif ch.isalnum() or ch == "_":
+            if not (out and (out[-1][-1:].isalnum() or out[-1][-1:] == "_")):
+                atom = len(out)
+        elif not ch.isspace() or ch == "\n":
+            atom = -1
+        if not ch.isspace() or ch == "\n":
+            quantified = False
+        out.append(ch)
+        i += 1
+    return "".join(out)
 
 
 def _closed(node: Any) -> Any:

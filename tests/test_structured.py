@@ -198,3 +198,17 @@ def test_cli_generate_with_a_schema_file(gemma_path, tmp_path, capsys):
     assert main(["generate", "-m", gemma_path, "-p", "x", "-n", "4", "-q",
                  "--regex", "(", ]) == 1
     assert "regex" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gbnf, rx", [
+    ('root ::= "H" (("i")?)? ([a-c]{1,2}){1,2} "!"', r"Hi?(?:[a-c]{1,2}){1,2}!"),
+    ('root ::= (("a"){0,1}){0,2} (("b")+)? x\nx ::= ("c"?)+ "."', r"a{0,2}b*c*\."),
+])
+def test_gbnf_quantifier_of_a_quantified_group(tiny_bytes, gbnf, rx):
+    """llguidance's GBNF converter writes ``(("a")?)?`` as ``"a"??``, which its Lark refuses;
+    specdec groups the stacked quantifiers again, and the grammar works."""
+    assert "??" not in Constraint(grammar=gbnf).llguidance_grammar()
+    for seed in range(4):
+        res = Decoder(tiny_bytes, drafter="ngram", n_max=4, n_ctx=256).generate(
+            "x", max_tokens=40, grammar=gbnf, sampling={"temperature": 1.0, "seed": seed})
+        assert res.finish_reason == "eos" and re.fullmatch(rx, res.text), res.text
