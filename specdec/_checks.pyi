@@ -1,11 +1,31 @@
-from typing import Any, Iterable, List, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._controller import Controller
 from ._policy import DraftPolicy
 from ._core import Context
 from .drafters import Drafter
 
-class CheckedController(Controller):
+class DrivenController(Controller):
+    def __init__(self, ctx: Context, drafters: Iterable[Drafter] = ..., *, n_max: int = 0,
+                 n_min: int = 0, adaptive: bool = False, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0,
+                 stop: Union[str, bytes, Iterable[Union[str, bytes]]] = (),
+                 exact: bool = False, policy: Optional[DraftPolicy] = None,
+                 n_ctx_seq: int = 0, isolate: bool = False) -> None: ...
+    def start(self, prompts: Sequence[Sequence[int]], max_tokens: Union[int, Sequence[int]],
+              seeds: Optional[Sequence[int]] = None) -> None: ...
+    def run(self) -> None: ...
+    def reset_stats(self) -> None: ...
+    def is_prefilling(self, seq: int) -> bool: ...
+    @property
+    def n_sequences(self) -> int: ...
+    @property
+    def policy(self) -> DraftPolicy: ...
+    @property
+    def policy_state(self) -> Dict[str, Any]: ...
+
+
+class CheckedController(DrivenController):
     def __init__(self, ctx: Context, drafters: Iterable[Drafter] = ..., *, check: bool = False,
                  unsafe_accept_all: bool = False, record: bool = False,
                  **settings: Any) -> None: ...

@@ -2,7 +2,12 @@
 # distutils: language = c++
 """Test and debugging hooks of the controller, apart from the production classes.
 
-``CheckedController`` is a :class:`Controller` that can
+``DrivenController`` is a :class:`Controller` that tests drive the way a benchmark would:
+request settings given once to the constructor, ``start`` a request per prompt on the
+first slots, ``run`` the rounds to the end, ``stats()`` of those requests together.
+Decoder and Engine join and step requests themselves and need none of it.
+
+``CheckedController`` is a ``DrivenController`` that can
 
 - ``check``: re-check every greedy token against an independent argmax (numpy over
   the zero-copy logits view), raising ``AssertionError`` on a mismatch;
@@ -18,8 +23,11 @@ from libc.stdint cimport int32_t
 
 import numpy as np
 
-from ._controller cimport Controller, _Seq
+from ._controller cimport Controller
+from ._controller import new_policy
+from ._seq cimport _Seq
 from ._policy cimport DraftPolicy
+from ._timing cimport N_PARTS
 from ._verify cimport Verifier
 
 
@@ -38,11 +46,97 @@ cdef class _CheckingVerifier(Verifier):
         return 0
 
 
-cdef class CheckedController(Controller):
+cdef class DrivenController(Controller):
+    """DrivenController(ctx, drafters=(), *, n_max=0, n_min=0, adaptive=False, temperature=0.0, top_k=0, top_p=1.0, min_p=0.0, stop=(), exact=False, policy=None, n_ctx_seq=0, isolate=False)
+--
+
+    A :class:`Controller` whose request settings (``n_max`` .. ``stop``, ``policy``) are
+    the defaults of ``start``."""
+    cdef dict defaults
+    cdef list started       # the sequences of the last ``start`` (``stats()`` sums them)
+
+    def __init__(self, ctx, drafters=(), *, int n_max=0, int n_min=0, bint adaptive=False,
+                 float temperature=0.0, int top_k=0, float top_p=1.0, float min_p=0.0, stop=(),
+                 bint exact=False, DraftPolicy policy=None, int n_ctx_seq=0, bint isolate=False):
+        super().__init__(ctx, drafters, n_max=n_max, exact=exact, n_ctx_seq=n_ctx_seq,
+                         isolate=isolate)
+        if not self.drafters:
+            n_max = 0
+        stops = [stop] if isinstance(stop, (str, bytes)) else list(stop)
+        self.defaults = dict(
+            n_max=n_max, n_min=n_min, temperature=temperature, top_k=top_k, top_p=top_p,
+            min_p=min_p, stop=[s.encode("utf-8") if isinstance(s, str) else bytes(s) for s in stops],
+            policy=policy if policy is not None and policy.n_max == n_max
+            and policy.adaptive == adaptive else new_policy(n_max, adaptive))
+        self.started = []
+
+    def start(self, prompts, max_tokens, seeds=None):
+        """Begin one request per prompt on sequences 0..n-1 with the constructor's settings
+        (every slot is cleared first; the counters of ``stats()`` restart)."""
+        assert 0 < len(prompts) <= len(self.seqs)
+        if isinstance(max_tokens, int):
+            max_tokens = [max_tokens] * len(prompts)
+        seeds = [0] * len(prompts) if seeds is None else list(seeds)
+        for i in range(len(self.seqs)):
+            self.leave(i)
+        self.reset_stats()
+        d = self.defaults
+        for i, p in enumerate(prompts):
+            self.join(i, p, max_tokens=max_tokens[i], seed=seeds[i],
+                      temperature=d["temperature"], top_k=d["top_k"], top_p=d["top_p"],
+                      min_p=d["min_p"], stop=d["stop"], n_max=d["n_max"], n_min=d["n_min"],
+                      policy=d["policy"])
+        self.started = self.seqs[:len(prompts)]
+
+    def run(self):
+        """Rounds until every sequence has finished."""
+        while self.step() > 0:
+            pass
+
+    def reset_stats(self):
+        """Restart the totals of ``stats()``."""
+        cdef int i
+        self.totals.clear()
+        for i in range(N_PARTS):
+            self.clock.part[i] = 0.0
+
+    def stats(self, seq=None) -> dict:
+        """Counters as plain Python values: of request ``seq``, or (None) the totals since the
+        last ``start`` / ``reset_stats`` over the sequences ``start`` began."""
+        if seq is not None:
+            return Controller.stats(self, seq)
+        cdef _Seq s
+        cdef long long n_gen = 0
+        for s in self.started:
+            n_gen += s.req.out.n_tokens
+        out = self.totals.stats(n_gen, len(self.started), self.clock.part)
+        out["n_prompt"] = sum((<_Seq> s).cnt.n_prompt for s in self.started)
+        out["n_prompt_decoded"] = sum((<_Seq> s).cnt.n_decoded for s in self.started)
+        return out
+
+    def is_prefilling(self, int seq) -> bool:
+        return self._seq(seq).prefilling
+
+    @property
+    def n_sequences(self) -> int:
+        return len(self.started)
+
+    @property
+    def policy(self) -> DraftPolicy:
+        """The default draft-length policy (pass it to the next controller to keep what it learnt)."""
+        return self.defaults["policy"]
+
+    @property
+    def policy_state(self) -> dict:
+        """The default policy's estimates (acceptance per position, verify and draft times)."""
+        return self.defaults["policy"].state()
+
+
+cdef class CheckedController(DrivenController):
     """CheckedController(ctx, drafters=(), *, check=False, unsafe_accept_all=False, record=False, **settings)
 --
 
-    A :class:`Controller` with the test hooks above."""
+    A :class:`DrivenController` with the test hooks above."""
     cdef bint record
     cdef list _log
 

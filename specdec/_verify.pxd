@@ -27,6 +27,7 @@ cdef class Verifier:
                        int32_t * y) except -1
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1
+    cdef int prefetch(self, list seqs) except -1
     cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
     cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil
     cdef float _mask_q(self, Draft draft, int pos) except? -1

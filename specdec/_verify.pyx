@@ -38,6 +38,7 @@ from ._penalty cimport Penalty
 from ._timing cimport Clock, lap, T_HEAD, T_VERIFY
 from ._grammar cimport GrammarState
 from .drafters._base cimport Draft
+from ._seq cimport _Seq
 
 
 cdef class Verifier:
@@ -212,4 +213,29 @@ cdef class Verifier:
         return u < px / qx
 
     cdef int _on_argmax(self, int row, int32_t y) except -1:
+        return 0
+
+    cdef int prefetch(self, list seqs) except -1:
+        """With the lazy LM head, the rows the verification of every sequence of ``seqs`` (all
+        in the last decode) will read, in two passes over the head for the whole batch
+        instead of one or two per sequence: the first two rows of each, then the rest of
+        the greedy ones whose first two drafts the target agrees with (``ready`` would ask
+        for them next)."""
+        cdef _Seq s
+        cdef int i, n_vocab = self.n_vocab
+        cdef vector[int] rows
+        if not self.ctx._lazy:
+            return 0
+        for s in seqs:
+            for i in range(min(2, s.k + 1)):
+                rows.push_back(s.row0 + i)
+        self.ctx.prepare_logits_rows_c(rows)
+        rows.clear()
+        for s in seqs:
+            if (s.req.greedy and s.k >= 2
+                    and argmax(self.ctx.logits_c(s.row0), n_vocab) == s.draft.tokens[0]
+                    and argmax(self.ctx.logits_c(s.row0 + 1), n_vocab) == s.draft.tokens[1]):
+                for i in range(2, s.k + 1):
+                    rows.push_back(s.row0 + i)
+        self.ctx.prepare_logits_rows_c(rows)
         return 0

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from ._controller import HeldState
+    from ._prefix_reuse import HeldState
 
 #: the default cap of the Engine's (and ``specdec serve``'s ``--cache-ram``) cache, MiB
 DEFAULT_MIB = 1024

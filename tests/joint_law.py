@@ -56,13 +56,13 @@ def speculative_counts(tgt: Context, drafter, prompt: Sequence[int], n: int, n_m
                        n_samples: int) -> Tuple[Dict[Tuple[int, ...], int], dict]:
     """How often each first ``n`` tokens came out of ``n_samples`` speculative runs of
     ``drafter`` on ``tgt`` (all its sequences at once), and the controller's stats."""
-    from specdec._controller import Controller
+    from specdec._checks import DrivenController
     from specdec.config import SpecConfig
 
     n_seq = tgt.n_seq_max
     drafter.configure(SpecConfig(n_max=n_max))
     drafter.bind(tgt, n_seq)
-    ctl = Controller(tgt, [drafter], n_max=n_max, temperature=temperature, min_p=min_p)
+    ctl = DrivenController(tgt, [drafter], n_max=n_max, temperature=temperature, min_p=min_p)
     counts: Dict[Tuple[int, ...], int] = {}
     for r in range(n_samples // n_seq):
         ctl.start([list(prompt)] * n_seq, n, seeds=[1000 * r + i for i in range(n_seq)])

@@ -2,7 +2,7 @@
 import pytest
 
 from specdec import Decoder
-from specdec._controller import Controller
+from specdec._checks import DrivenController
 from specdec._policy import BatchCost
 
 
@@ -39,7 +39,7 @@ def _plain_round_cost(model_path, n_seqs):
     ctx = Decoder(model_path, n_ctx=2048, n_seq_max=n_seqs).ctx
     d = create("ngram")
     d.bind(ctx, n_seqs)
-    ctl = Controller(ctx, [d], n_max=4, adaptive=True)
+    ctl = DrivenController(ctx, [d], n_max=4, adaptive=True)
     prompts = [[(7 * i + j) % 50 + 1 for j in range(12)] * 6 for i in range(n_seqs)]
     ctl.start(prompts, 120)
     ctl.run()

@@ -8,7 +8,7 @@ import pytest
 
 import specdec
 from specdec import Batch, Context, Decoder
-from specdec._controller import Controller
+from specdec._checks import DrivenController
 from specdec.drafters import Drafter
 
 
@@ -74,7 +74,7 @@ def test_targets_roll_back_by_checkpoint(target):
     ctx = Context(target, n_ctx=256)
     d = Wrong()
     d.bind(ctx, 1)
-    assert Controller(ctx, [d], n_max=16).n_sequences == 0   # drafts of any depth
+    assert DrivenController(ctx, [d], n_max=16).n_sequences == 0   # drafts of any depth
 
 
 @pytest.mark.parametrize("n_max", [3, 8])
@@ -156,14 +156,14 @@ class Wrong(Drafter):
 def test_never_right_drafter_changes_nothing(target):
     """Fixed n_max, every draft rejected: every round restores and decodes again."""
     ctx = Context(target, n_ctx=512, n_batch=64, batch_invariant=True)
-    plain = Controller(ctx, [], exact=True)
+    plain = DrivenController(ctx, [], exact=True)
     prompt = [5, 17, 200, 31, 9]
     plain.start([prompt], 50)
     plain.run()
     want = plain.tokens()
     d = Wrong()
     d.bind(ctx, 1)
-    ctl = Controller(ctx, [d], n_max=4, exact=True)
+    ctl = DrivenController(ctx, [d], n_max=4, exact=True)
     ctl.start([prompt], 50)
     ctl.run()
     assert ctl.tokens() == want
@@ -207,13 +207,13 @@ def test_sequences_roll_back_independently(target):
     """Several sequences in one verify batch, each restored from its own checkpoint."""
     prompts = [[5, 17, 200, 31, 9], [7, 7, 1, 250], [100, 3, 44, 90, 12, 8]]
     ctx = Context(target, n_ctx=512, n_batch=64, n_seq_max=3)
-    plain = Controller(ctx, [])
+    plain = DrivenController(ctx, [])
     plain.start(prompts, 30)
     plain.run()
     want = [plain.tokens(i) for i in range(3)]
     d = Wrong()
     d.bind(ctx, 3)
-    ctl = Controller(ctx, [d], n_max=3)
+    ctl = DrivenController(ctx, [d], n_max=3)
     ctl.start(prompts, 30)
     ctl.run()
     assert [ctl.tokens(i) for i in range(3)] == want

@@ -470,10 +470,10 @@ def test_deferred_prefill_goes_in_by_chunks_between_rounds(tiny_dense_path):
     """A prompt joined with ``defer`` is decoded a chunk at a time while another sequence's
     rounds go on; both outputs equal their runs alone (exact mode)."""
     from specdec import Decoder
-    from specdec._controller import Controller
+    from specdec._checks import DrivenController
     dec = Decoder(tiny_dense_path, drafter="ngram", n_max=4, exact=True, n_seq_max=2,
                   n_ctx=2048, n_batch=16)
-    ctl = Controller(dec.ctx, dec.drafters, exact=True)
+    ctl = DrivenController(dec.ctx, dec.drafters, exact=True)
     a, b = PROMPTS[1], list(range(10, 110))
     ctl.join(0, a, max_tokens=60, drafters=dec.drafters, n_max=4)
     ctl.step()

@@ -6,7 +6,8 @@ import pytest
 
 import specdec
 from specdec import Context, Decoder, Sampling
-from specdec._controller import Controller, new_policy
+from specdec._checks import DrivenController
+from specdec._controller import new_policy
 from specdec._penalty import Penalty
 from specdec._sampling import Distribution
 
@@ -149,7 +150,7 @@ def test_sampled_law_holds_under_penalties(tiny_dense, with_probs):
     drafter = Proposer(support, with_probs, seed=7)
     ctx = Context(tiny_dense, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
     drafter.bind(ctx, N_SEQ)
-    ctl = Controller(ctx, [drafter], n_max=2)
+    ctl = DrivenController(ctx, [drafter], n_max=2)
     policy = new_policy(2)
     counts, drafted, accepted = {}, 0, 0
     for r in range(4000 // N_SEQ):

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from specdec import Batch, Context
-from specdec._checks import CheckedController
-from specdec._controller import Controller, new_policy
+from specdec._checks import CheckedController, DrivenController
+from specdec._controller import new_policy
 from specdec._sampling import Distribution
 from specdec.drafters import Drafter
 
@@ -130,7 +130,7 @@ def test_distribution_with_requests_joining_and_leaving(tiny_dense, joint, suppo
     ctx = Context(tiny_dense, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
     drafter = Proposer(support, True, seed=11)
     drafter.bind(ctx, N_SEQ)
-    ctl = Controller(ctx, [drafter])
+    ctl = DrivenController(ctx, [drafter])
     policy = new_policy(2)
     args = dict(temperature=TEMP, top_k=TOP_K, n_max=2, policy=policy)
     n_long = 4
@@ -167,7 +167,7 @@ def test_distribution_with_requests_joining_and_leaving(tiny_dense, joint, suppo
 
 def test_plain_sampling_matches_target(tiny_dense, joint):
     ctx = Context(tiny_dense, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
-    ctl = Controller(ctx, [], temperature=TEMP, top_k=TOP_K)
+    ctl = DrivenController(ctx, [], temperature=TEMP, top_k=TOP_K)
     counts = {}
     for r in range(N_SAMPLES // N_SEQ):
         ctl.start([PROMPT] * N_SEQ, 3, seeds=[7000 + 1000 * r + i for i in range(N_SEQ)])

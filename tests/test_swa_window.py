@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specdec import Batch, Context, Decoder, Model
-from specdec._controller import Controller
+from specdec._checks import DrivenController
 from specdec.drafters import create
 from specdec.testing.tiny import Gemma3Dims
 
@@ -53,7 +53,7 @@ def _window_controller(model, n_seq=1, n_max=6, drafter="ngram"):
     ds = [create(drafter)] if drafter else []
     for d in ds:
         d.bind(ctx, n_seq)
-    return Controller(ctx, ds, n_max=n_max)
+    return DrivenController(ctx, ds, n_max=n_max)
 
 
 @pytest.mark.parametrize("drafter,n_max", [(None, 0), ("ngram", 4), ("ngram", 8)])
@@ -134,10 +134,10 @@ def test_a_saved_state_serves_only_prompts_within_its_window(tiny_gemma3_path):
 def test_verify_batches_fit_one_ubatch(g3):
     ctx = Context(g3, n_ctx=1024, n_batch=64, n_ubatch=8, swa_full=False)
     with pytest.raises(ValueError, match="n_ubatch 8"):
-        Controller(ctx, [create("ngram")], n_max=12)
+        DrivenController(ctx, [create("ngram")], n_max=12)
     d = create("ngram")
     d.bind(ctx, 1)
-    ctl = Controller(ctx, [d], n_max=7)
+    ctl = DrivenController(ctx, [d], n_max=7)
     assert ctl.max_rows == 8
     prompt = _prompt(6)
     ctl.start([prompt], 100)
@@ -146,7 +146,7 @@ def test_verify_batches_fit_one_ubatch(g3):
     assert_greedy(g3, prompt, ctl.tokens(0))
     two = Context(g3, n_ctx=1024, n_batch=64, n_seq_max=2, kv_unified=False, swa_full=False)
     with pytest.raises(ValueError, match="one KV stream"):
-        Controller(two, [create("ngram")], n_max=4)
+        DrivenController(two, [create("ngram")], n_max=4)
 
 
 @pytest.mark.parametrize("swa_full", [False, True])
@@ -157,7 +157,7 @@ def test_the_prompt_end_window_serves_the_same_prompt_again(g3, swa_full):
     ctx = Context(g3, n_ctx=1024, n_batch=N_BATCH, swa_full=swa_full)
     d = create("ngram")
     d.bind(ctx, 1)
-    ctl = Controller(ctx, [d], n_max=6)
+    ctl = DrivenController(ctx, [d], n_max=6)
     p = _prompt(7)
     n, a = _join(ctl, 0, p, 3 * W)
     assert n == len(p)
@@ -182,7 +182,7 @@ def test_a_short_request_keeps_no_checkpoint(g3):
     """Where prompt and answer fit in the window, the window of the end holds the prompt's:
     no checkpoint is saved (and none is needed)."""
     ctx = Context(g3, n_ctx=1024, n_batch=N_BATCH, swa_full=False)
-    ctl = Controller(ctx, [])
+    ctl = DrivenController(ctx, [])
     p = _prompt(8, n=12)
     _join(ctl, 0, p, W - 12)
     assert ctl.save_held(0).win_n == 0

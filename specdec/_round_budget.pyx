@@ -1,0 +1,148 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The draft lengths of a round: each sequence's own draft-length policy, then the batch's
+draft budget (``_batch_budget``), twice a round.
+
+Before drafting, ``draft_caps`` gives each sequence the cap and confidence floor its
+drafters are asked for; after drafting, ``draft_lengths`` the drafts it verifies. The budget
+applies to several sequences under the adaptive policy once verify batches were measured:
+before drafting it cuts the caps to the rows that would pay for the whole batch, their
+draft time counted; after drafting it gives the verify rows to the drafts that pay, by each
+request's own acceptance. A round a sequence's policy explores or probes in keeps what its
+policy chose, and under load no sequence drafts.
+"""
+from libcpp.vector cimport vector
+
+from ._batch_budget cimport allocate
+from ._seq cimport _Seq, NO_DRAFT
+
+
+DEF MARGIN = 0.02     # a draft row must raise the round's token rate by this much
+
+
+cdef inline bint _cost_line(BatchCost batch_cost, int n_in, double * a, double * b) noexcept:
+    """The verify batch's cost line ``T(R) = a + b R`` (``BatchCost``), when the budget
+    applies: several sequences in the round, batches measured."""
+    if n_in < 2 or batch_cost.n <= 0.0:
+        return False
+    batch_cost._line(a, b)
+    return b[0] > 0.0
+
+
+cdef int draft_caps(BatchCost batch_cost, list seqs) except -1:
+    """The caps ``k_cap`` of ``seqs`` (their limits applied) cut by the budget, and the
+    confidence floor ``p_stop`` of each that drafts."""
+    cdef _Seq s
+    _budget_caps(batch_cost, seqs)
+    for s in seqs:
+        s.p_stop = s.req.policy.p_stop() if s.k_cap > 0 else 0.0
+    return 0
+
+
+cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except -1:
+    """After drafting (``t_drafted``: its time): the drafts ``k`` each of ``seqs`` verifies,
+    its draft cut to them, and its policy's prediction for the round."""
+    cdef _Seq s
+    for s in seqs:
+        # a cap cut by the limits is not a sample of td(k_want); catching up after rounds
+        # without drafts is not a cost of drafting this round (it would stop the drafts
+        # for good: the longer the pause, the dearer the next draft would look)
+        if s.k_cap == s.k_want:
+            s.req.policy.observe_draft_time(s.k_cap, s.t_asked)
+        s.k = s.req.policy.choose(s.draft.tokens.size(), s.t_asked)
+        s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
+    _budget_rows(batch_cost, seqs, t_drafted)
+    for s in seqs:
+        s.pred_e = s.req.policy.predicted_tokens
+        s.pred_t = s.req.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
+        if s.k < <int>s.draft.tokens.size():
+            s.draft.tokens.resize(s.k)
+            if s.k == 0:
+                s.kind = NO_DRAFT
+        s.n_pad = 0
+    return 0
+
+
+cdef int _budget_caps(BatchCost batch_cost, list seqs) except -1:
+    """Before drafting: the caps of the sequences under the adaptive policy, cut to the
+    rows that would pay for the whole batch, their draft time counted (each sequence's part
+    of its drafter's calls, per token); under load, none."""
+    cdef double a, b, tokens, time
+    cdef int j
+    if not _cost_line(batch_cost, len(seqs), &a, &b):
+        return 0
+    cdef _Seq s
+    cdef list free = []
+    cdef vector[int] k_max, k_out
+    cdef vector[double] cost
+    tokens = len(seqs)
+    time = a + b * len(seqs)
+    for s in seqs:
+        if s.k_cap <= 0:
+            continue
+        if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
+            free.append(s)
+            k_max.push_back(s.k_cap)
+            cost.push_back(b + s.req.policy._draft_time(s.k_cap) / s.k_cap)
+        else:           # a fixed length, an exploration: its rows are spent anyway
+            tokens += s.req.acc.gain(s.k_cap)
+            time += b * s.k_cap + s.req.policy._draft_time(s.k_cap)
+    k_out = _allocate(free, k_max, cost, tokens, time)
+    for j in range(len(free)):
+        (<_Seq> free[j]).k_cap = k_out[j]
+    return 0
+
+
+cdef int _budget_rows(BatchCost batch_cost, list seqs, double t_drafted) except -1:
+    """After drafting: the verify rows of the batch, given to the drafts that pay by each
+    request's own acceptance (the drafting time is spent: it counts in the round's time,
+    not as a cost of a row), up to what its drafter proposed."""
+    cdef double a, b, tokens, time
+    cdef int j
+    if not _cost_line(batch_cost, len(seqs), &a, &b):
+        return 0
+    cdef _Seq s
+    cdef list free = []
+    cdef vector[int] k_max, k_out
+    cdef vector[double] cost
+    tokens = len(seqs)
+    time = t_drafted + a + b * len(seqs)
+    for s in seqs:
+        if s.draft.tokens.size() == 0:
+            continue
+        if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
+            free.append(s)
+            k_max.push_back(s.draft.tokens.size())
+            cost.push_back(b)
+        else:
+            tokens += s.req.acc.gain(s.k)
+            time += b * s.k
+    k_out = _allocate(free, k_max, cost, tokens, time)
+    for j in range(len(free)):
+        s = <_Seq> free[j]
+        if max(k_out[j], s.n_forced) != s.k:
+            s.k = max(k_out[j], s.n_forced)      # forced tokens are never cut
+            s.req.policy._predict(s.k, s.t_asked)
+    return 0
+
+
+cdef vector[int] _allocate(list free, vector[int] & k_max, vector[double] & cost, double tokens,
+                           double time):
+    """``_batch_budget.allocate`` for the sequences ``free`` (their own acceptance gives each
+    row's worth): the drafts each gets."""
+    cdef int m = len(free), stride = 1, j, i
+    cdef vector[int] k_out
+    cdef vector[double] gain
+    cdef _Seq s
+    k_out.assign(m, 0)
+    if m == 0:
+        return k_out
+    for j in range(m):
+        stride = max(stride, k_max[j] + 1)
+    gain.assign(<size_t>m * stride, 0.0)
+    for j in range(m):
+        s = <_Seq> free[j]
+        for i in range(1, k_max[j] + 1):
+            gain[j * stride + i] = s.req.acc.gain(i)
+    allocate(m, k_max.data(), gain.data(), stride, cost.data(), tokens, time, MARGIN, k_out.data())
+    return k_out
