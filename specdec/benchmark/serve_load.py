@@ -16,7 +16,7 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 
 @dataclass
@@ -108,16 +108,11 @@ def stream_completion(host: str, port: int, body: Dict[str, Any], *,
         conn.close()
 
 
-def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, n_gen: int,
-             n_requests: Optional[int] = None, extra: Optional[Dict[str, Any]] = None
-             ) -> LoadResult:
-    """``n_requests`` (default ``2 * concurrency``, at least one per prompt) streaming
-    completions of ``n_gen`` tokens, ``concurrency`` at a time, prompts in turn; greedy unless
-    ``extra`` (more body fields) sets another ``temperature``."""
-    n = n_requests or max(2 * concurrency, len(prompts))
+def run_concurrently(n: int, concurrency: int, task: Callable[[int], None]) -> float:
+    """Tasks ``0 .. n-1``, ``concurrency`` at a time (each worker takes the next task in
+    turn); returns the wall time of them all."""
     todo = list(range(n))
     lock = threading.Lock()
-    res = LoadResult(concurrency=concurrency, wall_s=0.0)
 
     def worker() -> None:
         while True:
@@ -125,15 +120,7 @@ def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, 
                 if not todo:
                     return
                 i = todo.pop(0)
-            body = dict({"temperature": 0}, prompt=prompts[i % len(prompts)], max_tokens=n_gen)
-            body.update(extra or {})
-            try:
-                s = stream_completion(host, port, body)
-                with lock:
-                    res.samples.append(s)
-            except Exception as e:   # counted, and reported beside the numbers
-                with lock:
-                    res.errors.append(f"{type(e).__name__}: {e}")
+            task(i)
 
     threads = [threading.Thread(target=worker) for _ in range(concurrency)]
     t0 = time.perf_counter()
@@ -141,5 +128,29 @@ def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, 
         t.start()
     for t in threads:
         t.join()
-    res.wall_s = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def run_load(host: str, port: int, prompts: Sequence[str], *, concurrency: int, n_gen: int,
+             n_requests: Optional[int] = None, extra: Optional[Dict[str, Any]] = None
+             ) -> LoadResult:
+    """``n_requests`` (default ``2 * concurrency``, at least one per prompt) streaming
+    completions of ``n_gen`` tokens, ``concurrency`` at a time, prompts in turn; greedy unless
+    ``extra`` (more body fields) sets another ``temperature``."""
+    lock = threading.Lock()
+    res = LoadResult(concurrency=concurrency, wall_s=0.0)
+
+    def one(i: int) -> None:
+        body = dict({"temperature": 0}, prompt=prompts[i % len(prompts)], max_tokens=n_gen)
+        body.update(extra or {})
+        try:
+            s = stream_completion(host, port, body)
+            with lock:
+                res.samples.append(s)
+        except Exception as e:   # counted, and reported beside the numbers
+            with lock:
+                res.errors.append(f"{type(e).__name__}: {e}")
+
+    res.wall_s = run_concurrently(n_requests or max(2 * concurrency, len(prompts)), concurrency,
+                                  one)
     return res

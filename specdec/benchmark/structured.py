@@ -26,13 +26,13 @@ import json
 import statistics
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from .matrix import LLAMA_SERVER, SPECDEC, Case, Method
 from .rows import Row
+from .serve_load import run_concurrently
 from .structured_prompts import SETS, Request
 
 if TYPE_CHECKING:
@@ -102,51 +102,39 @@ def run_pass(port: int, requests: Sequence[Request], *, concurrency: int,
              max_tokens: Sequence[int], constrained: bool) -> Pass:
     """``requests`` greedy, ``concurrency`` at a time, request ``i`` capped at
     ``max_tokens[i]`` tokens, each under its schema if ``constrained``."""
-    todo = list(range(len(requests)))
     lengths = [0] * len(requests)
     lock = threading.Lock()
     res = Pass()
 
-    def worker() -> None:
-        while True:
+    def one(i: int) -> None:
+        req = requests[i]
+        body: Dict[str, Any] = {"prompt": req.text, "max_tokens": max_tokens[i],
+                                "temperature": 0}
+        if constrained:
+            body["json_schema"] = req.schema
+        try:
+            out = _complete(port, body)
+        except Exception as e:  # noqa: BLE001 - counted, and the row says why
             with lock:
-                if not todo:
-                    return
-                i = todo.pop(0)
-            req = requests[i]
-            body: Dict[str, Any] = {"prompt": req.text, "max_tokens": max_tokens[i],
-                                    "temperature": 0}
-            if constrained:
-                body["json_schema"] = req.schema
+                res.errors.append(f"{type(e).__name__}: {e}")
+            return
+        usage = out.get("usage") or {}
+        spec = usage.get("speculation") or {}           # specdec serve
+        timings = out.get("timings") or {}              # llama-server
+        ok = True
+        if constrained:
             try:
-                out = _complete(port, body)
-            except Exception as e:  # noqa: BLE001 - counted, and the row says why
-                with lock:
-                    res.errors.append(f"{type(e).__name__}: {e}")
-                continue
-            usage = out.get("usage") or {}
-            spec = usage.get("speculation") or {}           # specdec serve
-            timings = out.get("timings") or {}              # llama-server
-            ok = True
-            if constrained:
-                try:
-                    ok = matches(json.loads(out["choices"][0]["text"]), req.schema)
-                except (ValueError, KeyError, IndexError):
-                    ok = False
-            with lock:
-                lengths[i] = int(usage.get("completion_tokens", 0))
-                res.tokens += lengths[i]
-                res.drafted += int(spec.get("drafted", timings.get("draft_n", 0)) or 0)
-                res.accepted += int(spec.get("accepted", timings.get("draft_n_accepted", 0)) or 0)
-                res.invalid += not ok
+                ok = matches(json.loads(out["choices"][0]["text"]), req.schema)
+            except (ValueError, KeyError, IndexError):
+                ok = False
+        with lock:
+            lengths[i] = int(usage.get("completion_tokens", 0))
+            res.tokens += lengths[i]
+            res.drafted += int(spec.get("drafted", timings.get("draft_n", 0)) or 0)
+            res.accepted += int(spec.get("accepted", timings.get("draft_n_accepted", 0)) or 0)
+            res.invalid += not ok
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    res.wall_s = time.perf_counter() - t0
+    res.wall_s = run_concurrently(len(requests), concurrency, one)
     res.lengths = lengths
     return res
 
