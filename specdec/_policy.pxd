@@ -21,6 +21,7 @@ cdef class DraftPolicy:
     cdef bint probing                # this round probes a drafter that does not pay
     cdef long probe_gap              # rounds between probes of a drafter that does not pay
     cdef long last_probe             # round of the last such probe (0: none yet)
+    cdef double last_gain            # the best drafting rate over plain's, as cap() last saw it
     cdef long n_drafts_seen          # rounds that verified a draft
     # calibration: decayed sums of what drafting rounds yielded and cost, measured and as
     # the model predicted them (catch-up decodes and other costs the model leaves out)

@@ -44,7 +44,10 @@ least measured length of the answer until it has 8 samples (every length gets me
 interpolating a non-monotonic cost misleads); every 64th round (every 8th until four were measured,
 while drafting is within 30% of plain) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
 measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
-and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay
+and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay (every
+4 rounds while it is estimated within 10% of plain: near break-even a few early misses or
+one preempted sample may be all that switched a paying drafter off, and only its probes
+measure it again)
 (a free drafter with all it has, a costly one with the cap that would pay best if
 deeper drafts were accepted as often as the first). A probe verifies what it asked for;
 a free drafter's empty answer (an n-gram drafter that found no match) is no probe, the
@@ -78,6 +81,8 @@ DEF DECAY = 0.98           # acceptance forgets old trials (an effective window 
 DEF EXPLORE_EVERY = 8
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
+DEF NEAR_GAIN = 0.9       # a drafter estimated within 10% of plain is probed on a short gap
+DEF NEAR_GAP = 4          # ... this one, without doubling
 DEF RIGHT_BEFORE = 0.25   # decayed first-draft acceptances: right within the estimates' memory
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF MEASURED = 8          # verify samples of a length before exploration stops choosing it
@@ -97,13 +102,20 @@ cdef inline double _weight(double n) noexcept:
 cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
     """A time sample ``x`` into the average ``t[i]``; ``n[i]`` counts.
 
-    The first samples are averaged (weight ``1/n``) before the EMA takes over, and once
-    there are three, a sample is clipped at twice the estimate: one slow first decode,
-    or a preemption, must not set a baseline that the rare plain rounds then take
-    dozens of rounds to correct."""
+    The first three samples give their smallest, then the EMA takes over with each sample
+    clipped at twice the estimate: one slow first decode, or a preemption, must not set a
+    baseline that the rare plain rounds then take dozens of rounds to correct. The smallest,
+    not the mean: load only ever slows a sample down, and the two errors are not alike. A
+    time estimated too low is corrected as soon as that length is used; one estimated too
+    high (a preempted sample among the first, 5x) makes the length look as if it does not
+    pay, so it is not used, not measured again, and the estimate stays (a drafter that pays
+    1.2x plain was switched off for good this way)."""
     if n[i] >= 3 and x > 2.0 * t[i]:
         x = 2.0 * t[i]
-    t[i] = x if n[i] == 0 else t[i] + _weight(n[i]) * (x - t[i])
+    if n[i] == 0 or (n[i] < 3 and x < t[i]):
+        t[i] = x
+    elif n[i] >= 3:
+        t[i] = t[i] + _weight(n[i]) * (x - t[i])
     n[i] += 1
 
 
@@ -111,9 +123,13 @@ cdef inline void _ema_ref(vector[double] & t, vector[double] & ref, vector[doubl
                           double x, double plain) noexcept:
     """``_ema`` of a sample ``x`` into ``t[i]``, and with the same weights the plain-round
     time ``plain`` of that moment into ``ref[i]`` (``plain`` 0: none measured yet)."""
-    cdef double n0 = n[i]
+    cdef double n0 = n[i], t0 = t[i]
     _ema(t, n, i, x)
     if plain <= 0.0:
+        return
+    if n0 < 3:      # the smallest of the first samples: the plain time of its moment
+        if n0 == 0 or t[i] != t0 or ref[i] <= 0.0:
+            ref[i] = plain
         return
     ref[i] = plain if ref[i] <= 0.0 else ref[i] + _weight(n0) * (plain - ref[i])
 
@@ -139,6 +155,7 @@ cdef class DraftPolicy:
         self.probing = False
         self.probe_gap = PROBE_EVERY
         self.last_probe = 0
+        self.last_gain = 0.0
         self.n_drafts_seen = 0
         self.cal_tokens = self.cal_time = self.cal_rounds = 0.0
         self.cal_tokens_predicted = self.cal_time_predicted = 0.0
@@ -327,6 +344,7 @@ cdef class DraftPolicy:
         self.rounds += 1
         cdef double gain
         cdef int best = self._best_cap(&gain)
+        self.last_gain = gain
         # plain rounds measure what drafting has to beat: every PLAIN_EVERY-th, and every
         # 8th until 4 were measured while the call is close (tv(0) decides it; a drafter far
         # ahead of plain would only lose those rounds: 15% of a short request)
@@ -432,7 +450,11 @@ cdef class DraftPolicy:
         if paid:
             self.last_probe = self.rounds - self.probe_gap
             return
-        if self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
+        if self.last_gain >= NEAR_GAIN:
+            # near break-even the estimates' noise may be all that switched it off (a few early
+            # misses, one preempted sample): probe often, and each probe refreshes them
+            self.probe_gap = NEAR_GAP
+        elif self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
             self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
         self.last_probe = self.rounds
 
@@ -488,6 +510,13 @@ cdef class DraftPolicy:
         verification), against the prediction of ``choose``."""
         if not self.adaptive or predicted_time <= 0.0 or t <= 0.0:
             return
+        # clipped as the time estimates' samples are (``_ema``): the prediction is made of
+        # clipped averages, and a shared machine's preempted rounds (5x, one in 20) left
+        # unclipped here made drafting look ~15% slower than predicted, which scaled a drafter
+        # paying 1.2x plain down to the margin and switched it off (plain rounds, the rate it
+        # is weighed against, are clipped)
+        if t > 2.0 * predicted_time:
+            t = 2.0 * predicted_time
         self.cal_tokens = DECAY * self.cal_tokens + tokens
         self.cal_time = DECAY * self.cal_time + t
         self.cal_tokens_predicted = DECAY * self.cal_tokens_predicted + predicted_tokens
