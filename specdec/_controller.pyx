@@ -115,6 +115,7 @@ cdef class Controller:
         self.errors = {}
         self.verifier = Verifier(ctx)
         self.batch_cost = BatchCost()
+        self.floor = BatchFloor(ctx.n_seq_max)
         self.verifier.clock = &self.clock
         self.totals = _SeqCounters()
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
@@ -348,6 +349,7 @@ cdef class Controller:
                                                    self.max_rows - rows - 1))
             rows += max(s.k_cap, 0) + 1
             in_batch.append(s)
+        self.floor.judge(in_batch)      # the batch's floor may hold the adaptive drafts
         draft_caps(self.batch_cost, in_batch)
         lap(&self.clock, T_CONTROL)
         propose(self.asks, in_batch, self.isolate, self.errors)
@@ -370,6 +372,7 @@ cdef class Controller:
             s.row0 = -1
         lap(&self.clock, T_CONTROL)
         self.totals.t_gen += self.clock.mark - t0
+        self.floor.settle(in_batch, self.clock.mark - t0)
         for s in in_batch:
             s.cnt.t_gen += self.clock.mark - t0
             for i in range(N_PARTS):
