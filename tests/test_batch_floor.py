@@ -76,3 +76,20 @@ def test_one_sequence_and_sizes_out_of_range_are_left_to_the_policy():
     assert all(_run(f, 9, 50, plain_rate=100.0, draft_rate=10.0))
     with pytest.raises(ValueError):
         f.state(5)
+
+
+def test_an_engine_round_of_adaptive_sequences_is_judged_by_the_floor(tiny_dense_path):
+    """The round asks the floor once per round of several adaptive sequences, and measures it."""
+    from specdec import Engine
+    with Engine(tiny_dense_path, drafters=["ngram"], n_slots=4, n_ctx=2048, n_max=4,
+                adaptive=True) as eng:
+        prompts = [f"{i} one two three four five one two three four five one two" for i in range(4)]
+        for h in [eng.submit(p, max_tokens=24) for p in prompts]:
+            h.result(120)
+        # the Engine's controller (its scheduler core's, where there is one)
+        ctl = eng._core.ctl if hasattr(eng, "_core") else eng._ctl
+        floor = ctl.floor
+        judged = sum(floor.state(n)["rounds"] for n in range(2, 5))
+        assert judged > 0
+        assert any(floor.state(n)["plain_rate"] > 0 or floor.state(n)["draft_rate"] > 0
+                   for n in range(2, 5))
