@@ -212,6 +212,13 @@ def test_ratios_record_their_spread_and_the_gate_uses_it(tiny):
     assert checks["c"].margin == compare.DEFAULT_MARGIN and checks["c"].basis == "fixed"
     # --margin fixes the tolerance for all
     assert {c.margin for c in compare.compare(cur, steady, 0.2)} == {0.2}
+    # this run's spread widens it: the drop is a difference of two noisy measurements
+    noisy = {"ratios": {"a": {"value": 0.9, "spread": 0.04}}}
+    check = compare.compare(noisy, steady)[0]
+    assert check.margin == pytest.approx(3 * (0.01 ** 2 + 0.04 ** 2) ** 0.5)
+    assert check.status == "ok"
+    assert compare.compare({"ratios": {"a": {"value": 0.8, "spread": 0.04}}}, steady)[0].status \
+        == "FAIL"
 
 
 def test_per_round_ratio_is_the_ratio_of_that_round():

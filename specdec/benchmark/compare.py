@@ -9,7 +9,10 @@ tolerance comes from the baseline's own spread: each ratio is also measured on e
 alternating round alone, and ``SPREAD_FACTOR`` times the relative standard deviation of
 those per-round values (at least ``MIN_TOLERANCE``, at most ``MAX_TOLERANCE``) is how far it
 may drop. A steady ratio is held tightly and a noisy one loosely, instead of one fixed 15%
-for all. A baseline without a spread (one round, or written before spreads were recorded)
+for all. This run's spread counts too: the drop is the difference of two measurements, and
+its noise is both runs' (the spreads add in quadrature). A baseline taken on a quiet machine
+held a ratio to 6% while a run on the same machine, its rounds 12% apart, fell 17% on noise
+alone; a run that noisy is not evidence of a regression of that size. A baseline without a spread (one round, or written before spreads were recorded)
 falls back to ``DEFAULT_MARGIN``; ``--margin`` forces one fixed margin for every ratio.
 
 Whether the gate can judge at all is a separate verdict (``Verdict``): a baseline of another
@@ -27,14 +30,16 @@ MIN_TOLERANCE = 0.05       # rounds that happened to agree do not make a 1% gate
 MAX_TOLERANCE = 0.5
 
 
-def tolerance_for(spread: Optional[float], margin: Optional[float] = None) -> float:
+def tolerance_for(spread: Optional[float], margin: Optional[float] = None,
+                  current_spread: Optional[float] = None) -> float:
     """How far below its baseline value a ratio may fall: ``margin`` if given, else from the
-    baseline's spread (see the module docstring)."""
+    baseline's spread and this run's (see the module docstring)."""
     if margin is not None:
         return margin
     if spread is None:
         return DEFAULT_MARGIN
-    return min(max(SPREAD_FACTOR * spread, MIN_TOLERANCE), MAX_TOLERANCE)
+    both = (spread ** 2 + (current_spread or 0.0) ** 2) ** 0.5
+    return min(max(SPREAD_FACTOR * both, MIN_TOLERANCE), MAX_TOLERANCE)
 
 
 @dataclass
@@ -77,7 +82,7 @@ def compare(current: Dict[str, Any], baseline: Dict[str, Any],
         c = cur.get(name)
         spread = b.get("spread")
         checks.append(Check(name, float(b["value"]), None if c is None else float(c["value"]),
-                            tolerance_for(spread, margin),
+                            tolerance_for(spread, margin, None if c is None else c.get("spread")),
                             "spread" if margin is None and spread is not None else "fixed",
                             spread, None if c is None else c.get("spread")))
     return checks
