@@ -51,7 +51,9 @@ def test_the_structured_case_runs_and_reports_its_ratios(tmp_path, monkeypatch):
             assert r.status == "ok" and r.tok_s > 0 and len(r.tok_s_runs) == 2, r
             assert r.constraint == meth.constraint
             if meth.constraint and meth.family != "plain":
-                assert r.check == "PASS" and r.drafted > 0     # forced tokens, at least
+                assert r.check == "PASS"
+                # forced tokens at least (the adaptive policy may find drafting costs more)
+                assert r.drafted > 0 or meth.adaptive
     assert rows[("specdec plain json_schema", "extract")].check == "ref"
     ratios = results["ratios"]
     for name in TRACKED:

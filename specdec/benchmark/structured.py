@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import http.client
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -218,7 +219,7 @@ def _start_servers(runner: "Runner", case: Case, model: str, log_path: Path,
 def run_case(runner: "Runner", case: Case) -> List[Row]:
     """Measure a structured case (see the module's docstring); its rows."""
     model = runner.models.target(case)
-    log_path = Path(tempfile.gettempdir()) / f"specdec-bench-{case.name}-servers.log"
+    log_path = Path(tempfile.gettempdir()) / f"specdec-bench-{case.name}-{os.getpid()}.log"
     errors: Dict[Method, str] = {}
     servers = _start_servers(runner, case, model, log_path, errors)
     passes: Dict[Method, Dict[str, List[Pass]]] = {m: {s.name: [] for s in case.prompts}
