@@ -1,9 +1,11 @@
-"""One request, checked once at the API boundary, for both faces of the controller.
+"""One request, checked once at the API boundary, for every front door of the controller.
 
-:class:`~specdec.Decoder` (one caller at a time) and :class:`~specdec.Engine` (many
-concurrent callers) take the same request options; this module turns them into the
-arguments of ``Controller.join`` and reads a finished sequence back as a
-:class:`GenerationResult`. Below this layer the controller only asserts.
+:class:`~specdec.Decoder` (one caller at a time), :class:`~specdec.Engine` (many
+concurrent callers) and ``specdec serve`` (OpenAI's wire format) take the same request
+options; each builds one :class:`Request` of them (through ``Scheduler.request``), the one
+record the scheduler core runs and the arguments of ``Controller.join`` come from. This
+module also reads a finished sequence back as a :class:`GenerationResult`. Below this layer
+the controller only asserts.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import numpy as np
 
 from ._core import ContextFullError, Model
 from .config import SAMPLING_OPTIONS, Sampling
-from .constraint import Constraint
+from .constraint import Constraint, take_options
 from .refused import BODY_ONLY, REFUSED, TEMPLATE_VARIABLES, refusal
 from .results import GenerationResult, Piece, Stats, TokenLogprob
 
@@ -42,6 +44,14 @@ def split_chat_options(sampling: SamplingSpec, options: Dict[str, Any]
     sampling_kw = {k: v for k, v in options.items() if k in SAMPLING_OPTIONS}
     template_vars = {k: v for k, v in options.items() if k not in SAMPLING_OPTIONS}
     return Sampling.resolve(sampling, **sampling_kw), template_vars
+
+
+def call_options(sampling: SamplingSpec, options: Dict[str, Any]
+                 ) -> Tuple[Sampling, Dict[str, Any]]:
+    """A call's ``sampling`` and its extra keywords: the sampling they give (its fields as
+    keywords, or ``sampling``, not both) and the constraint options among them."""
+    constraint = take_options(options)
+    return Sampling.resolve(sampling, **options), constraint
 
 
 def stop_list(stop: StopSpec) -> List[str]:
@@ -130,7 +140,11 @@ def check_prompt(model: Model, prompt: Prompt, n_ctx_seq: int) -> List[int]:
 
 @dataclass(frozen=True)
 class Request:
-    """A checked request: what ``Controller.join`` needs, minus the slot and the policy."""
+    """A checked request: what ``Controller.join`` needs, minus the slot and the policy.
+
+    The one shape a request has inside specdec, whichever door it came in by: the server
+    builds it from a request body, the Decoder and the Engine from their keywords, and the
+    scheduler runs it as it is."""
 
     prompt: List[int]
     max_tokens: int
@@ -140,6 +154,9 @@ class Request:
     logprobs: int            # -1: none
     stop_ids: Tuple[int, ...] = ()
     grammar: Any = None      # a fresh GrammarState the output must match (one per request)
+    drafters: Tuple[Any, ...] = ()   # the Drafter chain it drafts with (empty: plain)
+    n_max: int = 0           # its draft cap (0 without drafters)
+    deadline: Optional[float] = None   # time.monotonic() past which it ends with "timeout"
 
     @classmethod
     def make(cls, model: Model, n_ctx_seq: int, prompt: Prompt, max_tokens: Any,
@@ -155,9 +172,10 @@ class Request:
                    stop_ids=tuple(stop_id_list(model, stop_token_ids)),
                    grammar=constraint.compile(model).state() if constraint is not None else None)
 
-    def join_args(self, seed_offset: int = 0) -> Dict[str, Any]:
+    def join_args(self) -> Dict[str, Any]:
+        """The keywords of ``Controller.join`` that come from the request itself."""
         s = self.sampling
-        return dict(max_tokens=self.max_tokens, seed=(self.seed + seed_offset) % 2**64,
+        return dict(max_tokens=self.max_tokens, seed=self.seed % 2**64,
                     temperature=s.temperature, top_k=s.top_k, top_p=s.top_p, min_p=s.min_p,
                     stop=[x.encode("utf-8") for x in self.stops], stop_ids=list(self.stop_ids),
                     logprobs=self.logprobs, repetition_penalty=s.repetition_penalty,

@@ -2,40 +2,31 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
-from ._controller import Controller, new_policy
 from ._core import ContextBusyError, Model
-from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, result as _result,
-                       split_chat_options, stop_list, tokenize)
-from ._setup import (DrafterSpec, PathLike, as_list, exact_slack, load_model, make_context,
-                     make_drafters, needs_hidden_rows)
+from ._request import (Prompt, Request, SamplingSpec, StopSpec, call_options,
+                       split_chat_options, stop_list)
+from ._setup import DrafterSpec, PathLike, as_list
 from .chat import ChatPrompt, chat_prompt
 from .config import SAMPLING_OPTIONS, Sampling, SpecConfig
-from .constraint import Constraint, take_options
+from .constraint import take_options
 from .drafters import Drafter
+from .handles import _State
 from .openai_face import CompletionMethods, decoder_call
 from .placement import Placement
-from .prompt_cache import PromptCache
 from .results import GenerationResult, Piece, Stats
+from .scheduler import Driver, Scheduler
 
 _log = logging.getLogger("specdec")
 #: drafting rounds a fixed-length drafter gets before it is judged (see ``Decoder._judge``)
 JUDGE_ROUNDS = 16
 
 
-def _run(ctl: Controller) -> None:
-    """Rounds to the end, from Python: the interpreter checks for Ctrl-C between rounds
-    (a loop inside compiled code would not see the signal until the request ends)."""
-    while ctl.step() > 0:
-        pass
-
-
-class Decoder(CompletionMethods):
+class Decoder(Driver, CompletionMethods):
     """A model, its context and its drafters, kept across calls.
 
     Parameters
@@ -147,37 +138,26 @@ class Decoder(CompletionMethods):
         prefix_reuse: bool = True,
         prompt_cache_mib: float = 0,
     ) -> None:
-        self.spec = SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive)
-        self.exact = bool(exact)
-        specs = as_list(drafter)
-        placement = Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split, rpc_servers)
-        self.model = load_model(model, specs, exact=self.exact, placement=placement,
-                                load_mtp=load_mtp, model_check=model_check)
-        self.drafters: List[Drafter] = make_drafters(
-            specs, self.spec, drafter_timeout=drafter_timeout, on_drafter_error=on_drafter_error,
-            n_gpu_layers_draft=n_gpu_layers_draft)
-        # exact mode: room past each sequence's n_ctx for the padding rows of its last rounds
-        slack = exact_slack(self.spec, self.exact)
-        self.ctx = make_context(self.model, self.drafters, self.spec,
-                                n_ctx=n_ctx + slack * n_seq_max,
-                                n_batch=n_batch, n_ubatch=n_ubatch, n_threads=n_threads,
-                                n_seq_max=n_seq_max, exact=self.exact, lazy_logits=lazy_logits)
-        n_ctx_seq = self.ctx.n_ctx_seq - slack
         self.check = bool(check)
-        if self.check:
-            from ._checks import CheckedController
-            self._ctl: Controller = CheckedController(self.ctx, self.drafters, check=True,
-                                                      exact=self.exact, n_ctx_seq=n_ctx_seq)
-        else:
-            self._ctl = Controller(self.ctx, self.drafters, exact=self.exact, n_ctx_seq=n_ctx_seq)
-        self.prefix_reuse = bool(prefix_reuse) and needs_hidden_rows(self.drafters) is None
-        self.prompt_cache = PromptCache(prompt_cache_mib,
-                                        recurrent=self.model.is_recurrent or self.model.is_hybrid)
+        self._core = Scheduler(
+            model, as_list(drafter),
+            spec=SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive),
+            exact=bool(exact), concurrent=False, n_seq=n_seq_max, n_ctx=n_ctx, n_batch=n_batch,
+            n_ubatch=n_ubatch, n_threads=n_threads, lazy_logits=lazy_logits,
+            drafter_timeout=drafter_timeout, on_drafter_error=on_drafter_error,
+            n_gpu_layers_draft=n_gpu_layers_draft, load_mtp=load_mtp, model_check=model_check,
+            placement=Placement.make(n_gpu_layers, split_mode, main_gpu, tensor_split,
+                                     rpc_servers),
+            prefix_reuse=prefix_reuse, prompt_cache_mib=prompt_cache_mib, check=self.check)
         self._lock = threading.Lock()
-        self._policies: Dict[bool, Any] = {}
         self._stream: Optional["weakref.ref[Stream]"] = None
         self._closed = False
         self._judged = self.spec.adaptive or not self.drafters
+
+    @property
+    def drafters(self) -> List[Drafter]:
+        """The drafters, tried in order each round (none once closed)."""
+        return self._core.drafters
 
     def _judge(self, st: Stats) -> None:
         """Warn once when fixed-length drafting has cost more than it gained.
@@ -206,12 +186,7 @@ class Decoder(CompletionMethods):
             return
         self._acquire()
         try:
-            for d in self.drafters:
-                d.close()
-            self.drafters = []
-            self._policies.clear()
-            self.ctx.close()
-            self.prompt_cache.clear()
+            self._core.close()
             self._closed = True
         finally:
             self._lock.release()
@@ -226,54 +201,7 @@ class Decoder(CompletionMethods):
         names = [d.name for d in self.drafters] or ["plain"]
         return f"Decoder({self.model!r}, drafters={names}, n_max={self.spec.n_max})"
 
-    # --- setup per request -------------------------------------------------------------
-
-    def tokenize(self, prompt: Prompt) -> List[int]:
-        return tokenize(self.model, prompt)
-
-    def _begin(self, prompts: List[Prompt], max_tokens: int, sampling: SamplingSpec,
-               stop: StopSpec, logprobs: Any = None, stop_token_ids: Any = None,
-               constraint: Optional[Mapping[str, Any]] = None) -> List[int]:
-        """Check the requests, then join them on sequences 0..n-1; returns those sequences."""
-        if not prompts:
-            raise ValueError("no prompts")
-        if len(prompts) > self.ctx.n_seq_max:
-            raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
-                             f"{self.ctx.n_seq_max}")
-        con = Constraint.of(constraint or {})
-        reqs = [Request.make(self.model, self._ctl.n_ctx_seq, p, max_tokens, sampling, stop,
-                             logprobs, stop_token_ids, con) for p in prompts]
-        # the adaptive policy learns over this decoder's requests (greedy and sampled
-        # verification accept differently, so each keeps its own)
-        greedy = reqs[0].sampling.greedy
-        if greedy not in self._policies:
-            self._policies[greedy] = new_policy(self.spec.n_max if self.drafters else 0,
-                                                self.spec.adaptive)
-        seqs = list(range(len(reqs)))
-        for i in range(self.ctx.n_seq_max):
-            if self._ctl.is_active(i):
-                self._ctl.leave(i, keep=self.prefix_reuse)
-        for i, r in zip(seqs, reqs):
-            if self.prefix_reuse:
-                self.prompt_cache.prepare(self._ctl, i, r.prompt)
-            self._ctl.join(i, r.prompt, n_max=self.spec.n_max if self.drafters else 0,
-                           n_min=self.spec.n_min, policy=self._policies[greedy],
-                           reuse=self.prefix_reuse, **r.join_args(i))
-        return seqs
-
-    def _finish(self, seqs: List[int], keep: bool = True) -> None:
-        """The requests leave their sequences; ``keep``: their KV for prefix reuse (not after
-        an error or an interrupt in a round, which may have left the memory mid-change)."""
-        for i in seqs:
-            self._ctl.leave(i, keep=keep and self.prefix_reuse)
-
-    def _run_all(self, seqs: List[int]) -> None:
-        try:
-            _run(self._ctl)
-        except BaseException:
-            self._finish(seqs, keep=False)
-            raise
-        self._finish(seqs)
+    # --- driving the core, one caller at a time -------------------------------------------
 
     def _acquire(self) -> None:
         if self._closed:
@@ -290,11 +218,51 @@ class Decoder(CompletionMethods):
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
                                "thread")
 
-    def _result(self, seq: int = 0, finish_reason: Optional[str] = None) -> GenerationResult:
-        res = _result(self._ctl, seq, finish_reason)
-        if seq == 0:
+    def _start(self, reqs: List[Request], streams: bool) -> List[_State]:
+        """Join ``reqs`` on sequences 0..n-1 with their prompts decoded now (the caller
+        waits for them anyway); a failed join ends the others and raises."""
+        core = self._core
+        core.end_all("cancelled")     # what an interrupted call left joined
+        states = [_State(r, streams=streams) for r in reqs]
+        for i, st in enumerate(states):
+            if not core.join(st, i, defer=False):
+                core.end_all("cancelled")
+                self._outcome(st)
+        return states
+
+    def _outcome(self, st: _State) -> GenerationResult:
+        """The result of a request that ended, or what it failed with raised."""
+        exc = st.future.exception()
+        if exc is not None:
+            raise exc
+        res = st.future.result()
+        if st.slot == 0:
             self._judge(res.stats)
         return res
+
+    def _run(self, reqs: List[Request]) -> List[GenerationResult]:
+        """Run ``reqs`` together to their ends, a round at a time from Python: the
+        interpreter checks for Ctrl-C between rounds (a loop inside compiled code would
+        not see the signal until the requests end)."""
+        self._acquire()
+        try:
+            states = self._start(reqs, streams=False)
+            while self._core.running:
+                self._core.round()
+            return [self._outcome(st) for st in states]
+        finally:
+            self._lock.release()
+
+    def _open(self, req: Request) -> "Stream":
+        """``req`` streamed: the decoder stays taken until the stream ends or is closed."""
+        self._acquire()
+        try:
+            st = Stream(self, self._start([req], streams=True)[0])
+        except BaseException:
+            self._lock.release()
+            raise
+        self._stream = weakref.ref(st)
+        return st
 
     # --- public ------------------------------------------------------------------------
 
@@ -316,15 +284,9 @@ class Decoder(CompletionMethods):
         The constraint keywords say what the text must match, one of ``grammar=`` (GBNF),
         ``json_schema=`` (a dict or a pydantic model class), ``regex=``, ``choices=[...]``,
         ``lark=`` (:class:`specdec.Constraint`)."""
-        con = take_options(options)
-        sampling = Sampling.resolve(sampling, **options)
-        self._acquire()
-        try:
-            self._run_all(self._begin([prompt], max_tokens, sampling, stop, logprobs,
-                                      stop_token_ids, con))
-            return self._result()
-        finally:
-            self._lock.release()
+        return self._run([self._core.request(
+            prompt, max_tokens=max_tokens, sampling=sampling, stop=stop, logprobs=logprobs,
+            stop_token_ids=stop_token_ids, **options)])[0]
 
     def generate_batch(self, prompts: Sequence[Prompt], *, max_tokens: int = 128,
                        sampling: SamplingSpec = None, stop: StopSpec = (),
@@ -333,16 +295,16 @@ class Decoder(CompletionMethods):
                        ) -> List[GenerationResult]:
         """Several prompts at once, verified together in one batch per round (a seeded
         ``sampling`` gives prompt i the seed ``seed + i``); options as for :meth:`generate`."""
-        con = take_options(options)
-        sampling = Sampling.resolve(sampling, **options)
-        self._acquire()
-        try:
-            seqs = self._begin(list(prompts), max_tokens, sampling, stop, logprobs,
-                               stop_token_ids, con)
-            self._run_all(seqs)
-            return [self._result(i) for i in seqs]
-        finally:
-            self._lock.release()
+        s, constraint = call_options(sampling, options)
+        prompts = list(prompts)
+        if not prompts:
+            raise ValueError("no prompts")
+        if len(prompts) > self._core.n_seq:
+            raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
+                             f"{self._core.n_seq}")
+        return self._run([self._core.request(
+            p, max_tokens=max_tokens, sampling=s.for_choice(i), stop=stop, logprobs=logprobs,
+            stop_token_ids=stop_token_ids, **constraint) for i, p in enumerate(prompts)])
 
     def stream(self, prompt: Prompt, *, max_tokens: int = 128, sampling: SamplingSpec = None,
                stop: StopSpec = (), logprobs: Union[bool, int, None] = None,
@@ -350,17 +312,9 @@ class Decoder(CompletionMethods):
         """Text pieces as they are accepted; ``.result`` holds the full result at the end
         (``Stream.pieces()`` gives :class:`Piece` objects with token ids instead). Options
         as for :meth:`generate`."""
-        con = take_options(options)
-        sampling = Sampling.resolve(sampling, **options)
-        self._acquire()
-        try:
-            self._begin([prompt], max_tokens, sampling, stop, logprobs, stop_token_ids, con)
-            st = Stream(self)
-        except BaseException:
-            self._lock.release()
-            raise
-        self._stream = weakref.ref(st)
-        return st
+        return self._open(self._core.request(
+            prompt, max_tokens=max_tokens, sampling=sampling, stop=stop, logprobs=logprobs,
+            stop_token_ids=stop_token_ids, **options))
 
     def chat(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int = 128,
              sampling: SamplingSpec = None,
@@ -404,11 +358,10 @@ class Decoder(CompletionMethods):
 class Stream:
     """Iterator over text pieces of one generation (one piece per round)."""
 
-    def __init__(self, decoder: Decoder) -> None:
+    def __init__(self, decoder: Decoder, state: _State) -> None:
         self._decoder = decoder
-        self._ctl = decoder._ctl
-        self._pieces = Pieces()
-        self._first = True
+        self._core = decoder._core
+        self._s = state
         self._owner = threading.get_ident()
         self.result: Optional[GenerationResult] = None
 
@@ -418,15 +371,17 @@ class Stream:
     @property
     def n_tokens(self) -> int:
         """Tokens generated so far (the first comes from the prompt pass)."""
-        return len(self._ctl.tokens())
+        return len(self._core.ctl.tokens(self._s.slot))
 
-    def _release(self, keep: bool = True) -> None:
+    def _release(self) -> None:
+        """The end: the request leaves (closed before its end: ``"cancelled"``, as an Engine
+        request cut short), its result is read and the decoder is free again."""
         if self.result is None:
             try:
-                # closed before the end: "cancelled", as an Engine request cut short
-                cut = None if self._ctl.finish_reason() is not None else "cancelled"
-                self._decoder._finish([0], keep=keep)
-                self.result = self._decoder._result(0, cut)
+                if self._s.slot in self._core.running:
+                    self._core.end(self._s.slot, self._s, "cancelled")
+                self.result = (self._decoder._outcome(self._s)
+                               if self._s.future.exception() is None else self._s.partial)
             finally:
                 self._decoder._lock.release()
 
@@ -435,26 +390,23 @@ class Stream:
         the end."""
         if self.result is not None:
             raise StopIteration
+        pieces = self._s.pieces
         try:
-            while True:
-                if self._first:
-                    self._first = False
-                    alive = self._ctl.finish_reason() is None
-                else:
-                    alive = self._ctl.step() > 0
-                piece = self._pieces.next(self._ctl, 0, final=not alive)
-                if not alive:
-                    self._release()
-                    if piece.text or piece.tokens:
-                        return piece
-                    raise StopIteration
-                if piece.text or piece.tokens:
-                    return piece
-        except StopIteration:
-            raise
+            while pieces.empty():
+                self._core.round()
         except BaseException:
-            self._release(keep=False)
+            self._release()
             raise
+        piece = pieces.get_nowait()
+        if piece is None:       # the end, or what the request failed with
+            self._release()
+            exc = self._s.future.exception()
+            if exc is not None:
+                raise exc
+            raise StopIteration
+        if self._s.future.done() and pieces.qsize() == 1:   # the last piece: free already
+            self._release()
+        return piece
 
     def pieces(self) -> Iterator[Piece]:
         """Iterate :class:`Piece` objects instead of text."""

@@ -101,6 +101,14 @@ class Sampling:
     def with_seed(self, seed: Optional[int]) -> "Sampling":
         return replace(self, seed=seed)
 
+    def for_choice(self, i: int) -> "Sampling":
+        """The sampling of choice ``i`` of a request of several (``n`` choices, a batch's
+        prompts): a seeded request draws choice i with ``seed + i`` (vLLM's rule), so
+        that the choices differ yet replay; an unseeded one draws each with its own."""
+        if self.seed is None:
+            return self
+        return self.with_seed((self.seed + i) % 2**64)
+
 
 #: the largest repetition penalty (vLLM takes any > 0; past this a logit is all but erased)
 MAX_REPETITION_PENALTY = 100.0

@@ -1,7 +1,8 @@
-"""What a caller holds of an Engine request: a handle (threads) or an async stream (asyncio).
+"""What a caller holds of a running request: a handle (threads) or an async stream (asyncio).
 
-The worker and a handle share a ``_State``; the worker never holds the handle itself, so a
-handle nobody keeps is garbage-collected and its request cancelled.
+The scheduler core and a request's reader share a ``_State`` (an Engine's handle or async
+stream, a Decoder's stream or its own call); the Engine's worker never holds the handle
+itself, so a handle nobody keeps is garbage-collected and its request cancelled.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import concurrent.futures
 import queue
 import time
 import weakref
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Iterator, Optional
 
 from ._request import Request
 from .results import GenerationResult, Piece
@@ -20,12 +21,11 @@ class _State:
     """What the worker and a request's handle share (the worker never holds the handle,
     so a handle nobody keeps is garbage-collected, and its request cancelled)."""
 
-    def __init__(self, req: Request, chain: Tuple[str, ...], n_max: int,
-                 deadline: Optional[float], loop: Optional[asyncio.AbstractEventLoop]) -> None:
+    def __init__(self, req: Request, loop: Optional[asyncio.AbstractEventLoop] = None, *,
+                 streams: bool = True) -> None:
         self.req = req
-        self.chain = chain
-        self.n_max = n_max
-        self.deadline = deadline
+        # False: nobody reads the pieces (a Decoder's ``generate``), so none is made
+        self.streams = streams
         self.future: "concurrent.futures.Future[GenerationResult]" = concurrent.futures.Future()
         self.cancelled = False
         self.loop = loop
@@ -34,6 +34,8 @@ class _State:
             asyncio.Queue() if loop is not None else None)
         self.slot = -1
         self.n_decoded = 0
+        # what a request that failed had generated (the Decoder's stream shows it)
+        self.partial: Optional[GenerationResult] = None
         self.t_submit = time.monotonic()
         self.t_first: Optional[float] = None
 

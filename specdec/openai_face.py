@@ -21,6 +21,8 @@ from typing import (Any, AsyncIterator, Dict, Iterator, List, Literal, Mapping, 
                     Sequence, Tuple, Union, overload)
 
 from ._core import ContextFullError
+from ._request import Request
+from .handles import RequestHandle
 
 Answer = Dict[str, Any]
 Chunks = Iterator[Answer]
@@ -75,18 +77,19 @@ def _python_error(e: Any) -> Exception:
     return ValueError(e.message)
 
 
-def prepare(kind: str, body: Dict[str, Any], model: Any, n_ctx_seq: int,
-            chat_template: Optional[str], options_ok: bool) -> Tuple[Any, List[Any], Any]:
-    """``(spec, works, envelope)`` of a request body (a work per choice), checked as the
-    server checks it."""
-    from .serve.protocol import APIError, Envelope, chat_spec, completion_spec, works
-    name = Path(model.path or "model").stem
+def prepare(kind: str, body: Dict[str, Any], front: Any, chat_template: Optional[str],
+            options_ok: bool) -> Tuple[Any, List[Request], Any]:
+    """``(spec, requests, envelope)`` of a request body on the front door ``front`` (a
+    request per choice, built by its scheduler core), checked as the server checks it."""
+    from .serve.protocol import (APIError, EXTENSION, EXTENSION_OPTIONS, Envelope, chat_spec,
+                                 completion_spec, requests)
+    name = Path(front.model.path or "model").stem
     try:
         spec = (chat_spec if kind == "chat" else completion_spec)(body, [name])
         if spec.options and not options_ok:
-            raise APIError(400, "the 'specdec' request options (drafter, n_max) need an Engine",
-                           param="specdec")
-        todo = works(spec, model, n_ctx_seq, chat_template)
+            raise APIError(400, f"the '{EXTENSION}' request options "
+                           f"({', '.join(EXTENSION_OPTIONS)}) need an Engine", param=EXTENSION)
+        todo = requests(spec, front._core, chat_template)
     except APIError as e:
         raise _python_error(e) from None
     return spec, todo, Envelope(spec.kind, spec.model)
@@ -116,18 +119,17 @@ def _chunks(env: Any, spec: Any, model: Any, streams: List[Tuple[Iterator[Any], 
 def decoder_call(dec: Any, kind: str, body: Dict[str, Any], chat_template: Optional[str]
                  ) -> Union[Answer, Chunks]:
     """A request on a :class:`~specdec.Decoder`: its choices one after the other."""
-    spec, todo, env = prepare(kind, body, dec.model, dec._ctl.n_ctx_seq, chat_template, False)
+    spec, todo, env = prepare(kind, body, dec, chat_template, False)
     if not spec.stream:
-        return _whole(env, spec, dec.model,
-                      [dec.generate(w.tokens, **w.run_args()) for w in todo])
+        return _whole(env, spec, dec.model, [dec._run([r])[0] for r in todo])
 
     def chunks() -> Chunks:
         from .serve.protocol import Chunks as ChunkWriter, token_logprobs
         out = ChunkWriter(env, spec.include_usage, len(todo), spec.tool_format)
         yield from out.start()
         results = []
-        for i, w in enumerate(todo):
-            st = dec.stream(w.tokens, **w.run_args())
+        for i, r in enumerate(todo):
+            st = dec._open(r)
             try:
                 for p in st.pieces():
                     yield from out.piece(i, p.text,
@@ -144,11 +146,11 @@ def engine_call(eng: Any, kind: str, body: Dict[str, Any], chat_template: Option
                 ) -> Union[Answer, Chunks]:
     """A request on an :class:`~specdec.Engine`, waited for in this thread (its choices run
     together)."""
-    spec, todo, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
+    spec, todo, env = prepare(kind, body, eng, chat_template, True)
     handles = []
     try:
-        for w in todo:
-            handles.append(eng.submit(w.tokens, **w.engine_args()))
+        for r in todo:
+            handles.append(RequestHandle(eng._enqueue(r)))
     except BaseException:
         for h in handles:
             h.cancel()
@@ -175,12 +177,11 @@ async def engine_acall(eng: Any, kind: str, body: Dict[str, Any], chat_template:
     import asyncio
 
     from .serve.protocol import Chunks as ChunkWriter, token_logprobs
-    spec, todo, env = prepare(kind, body, eng.model, eng.n_ctx, chat_template, True)
+    spec, todo, env = prepare(kind, body, eng, chat_template, True)
     if not spec.stream:
-        results = await asyncio.gather(*(eng.generate(w.tokens, **w.engine_args())
-                                         for w in todo))
+        results = await asyncio.gather(*(eng._wait(eng._enqueue(r)) for r in todo))
         return _whole(env, spec, eng.model, list(results))
-    streams = [eng.stream(w.tokens, **w.engine_args()) for w in todo]
+    streams = [eng._stream(r) for r in todo]
 
     async def chunks() -> AsyncIterator[Answer]:
         out = ChunkWriter(env, spec.include_usage, len(streams), spec.tool_format)

@@ -133,7 +133,7 @@ def test_cancel_frees_the_slot_and_its_kv(exact_engine):
     h.cancel()
     res = h.result(timeout=30)
     assert res.finish_reason == "cancelled" and 0 < len(res.tokens) < 4000
-    assert eng._ctl.held(h.slot) == [] and not eng._ctl.is_active(h.slot)
+    assert eng._core.ctl.held(h.slot) == [] and not eng._core.ctl.is_active(h.slot)
     assert eng.n_running == 0
 
 
@@ -405,7 +405,7 @@ def test_many_threads_submit_cancel_and_abandon(tiny_dense_path):
         st = eng.stats()
         assert st["requests"] == 16 * 6 and st["failed"] == 0
         for slot in range(eng.n_slots):
-            assert not eng._ctl.is_active(slot)
+            assert not eng._core.ctl.is_active(slot)
         # the engine still answers, as a fresh one would
         ref = eng.submit(PROMPTS[0], max_tokens=20, drafter="plain").result(30).tokens
     with Engine(tiny_dense_path, n_slots=1, n_ctx=512) as fresh:
@@ -440,7 +440,7 @@ def test_finishing_a_request_whose_reader_cancelled_its_future():
 
     class _Past(_State):
         def __init__(self) -> None:
-            super().__init__(None, (), 0, None, None)   # type: ignore[arg-type]
+            super().__init__(None)   # type: ignore[arg-type]
 
         @property
         def future(self):            # cancelled between finish()'s check and its set_result

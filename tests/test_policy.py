@@ -83,19 +83,24 @@ def test_decoder_keeps_its_policy_across_requests(tiny_dense_path):
     per request re-learnt, and re-paid for, its probes every time); greedy and sampled
     verification accept differently and keep a policy each."""
     from specdec import Decoder
+    def policies(d, greedy):      # the scheduler's, by verification kind
+        return [p for key, p in d._core._policies.items() if key[2] is greedy]
+
     dec = Decoder(tiny_dense_path, drafter="ngram", n_max=4, adaptive=True)
     prompt = "one two three four one two three four one two three"
     dec.generate(prompt, max_tokens=24)
-    greedy = dec._policies[True]
+    [greedy] = policies(dec, True)
     learnt = greedy.state()
     assert any(t > 0 for t in learnt["t_verify"])
     dec.generate(prompt, max_tokens=24)
-    assert dec._policies[True] is greedy
+    [again] = policies(dec, True)
+    assert again is greedy
     dec.generate(prompt, max_tokens=8, sampling={"temperature": 0.7, "seed": 1})
-    assert dec._policies[False] is not greedy
+    [sampled] = policies(dec, False)
+    assert sampled is not greedy
     fixed = Decoder(tiny_dense_path, drafter="ngram", n_max=4)
     fixed.generate(prompt, max_tokens=8)
-    assert not fixed._policies[True].adaptive
+    assert not policies(fixed, True)[0].adaptive
 
 
 # --- the policy driven by hand: deterministic times, no model -------------------------------

@@ -20,13 +20,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from .. import _request
 from .._core import ContextFullError
 from ..chat import TemplateLimits
 from .backend import Job, Piece
 from .limits import MAX_BODY, OffLoop, body_too_large, check_messages, parse_body
 from .metrics import Metrics
-from .protocol import (APIError, Chunks, Envelope, Spec, Work, bad, chat_spec, completion_spec,
-                       full_response, works)
+from .protocol import (APIError, Chunks, Envelope, Spec, bad, chat_spec, completion_spec,
+                       full_response, requests)
 
 #: the logger of the access log: one INFO line per request (``specdec serve`` shows it)
 ACCESS_LOG = "specdec.serve.access"
@@ -149,28 +150,33 @@ class Server:
 
     # --- generation -------------------------------------------------------------------------
 
-    def _works(self, spec: Spec) -> List[Work]:
+    def _requests(self, spec: Spec) -> List[_request.Request]:
+        """The requests of ``spec``, one per choice, checked by the engine's core (off the
+        event loop: the template, the tokenizer and a constraint's compilation take time);
+        a refused field is a 400 naming it."""
         try:
             self.backend.check_options(spec.options)
         except (ValueError, TypeError) as e:
             raise bad(str(e), "specdec") from None
-        return works(spec, self.backend.model, self.backend.n_ctx_seq, self.chat_template,
-                     self.template_limits)
-
-    async def _generate(self, request: Request, spec: Spec) -> Response:
-        todo = await self.off_loop.run(self._works, spec)   # the template and the tokenizer
-        arrived = time.monotonic()
-        jobs: List[Job] = []
         try:
-            for w in todo:            # one job per choice; they run together on the engine
-                jobs.append(self.backend.submit(w))
+            return requests(spec, self.backend.core, self.chat_template, self.template_limits)
         except ImportError as e:
             raise bad(str(e), spec.constraint_field) from None
         except (ValueError, TypeError) as e:
-            for job in jobs:
-                job.cancel()
             raise bad(str(e), spec.constraint_field if spec.constraint
                       else "specdec" if spec.options else None) from None
+
+    async def _generate(self, request: Request, spec: Spec) -> Response:
+        todo = await self.off_loop.run(self._requests, spec)
+        arrived = time.monotonic()
+        jobs: List[Job] = []
+        try:
+            for req in todo:          # one job per choice; they run together on the engine
+                jobs.append(self.backend.submit(req))
+        except BaseException:
+            for job in jobs:
+                job.cancel()
+            raise
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
             return StreamingResponse(self._events(jobs, env, spec, arrived),

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Dict, List, Optional
 
+from .._request import Request
 from ..results import GenerationResult
-from .protocol import TokenLP, Work, token_logprobs
+from .protocol import EXTENSION_OPTIONS, TokenLP, token_logprobs
 
 
 @dataclass
@@ -51,10 +52,12 @@ class EngineBackend:
     """The server's requests on one Engine."""
 
     #: the per-request options a body's ``specdec`` object may carry
-    OPTIONS = ("drafter", "n_max")
+    OPTIONS = EXTENSION_OPTIONS
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
+        #: the scheduler core the requests are built for (``protocol.requests``)
+        self.core = engine._core
         self.model = engine.model
         self.n_ctx_seq: int = engine.n_ctx
         self.slots: int = engine.n_slots
@@ -69,9 +72,9 @@ class EngineBackend:
         if unknown:
             raise ValueError(f"unknown specdec options {unknown}; known: {list(self.OPTIONS)}")
 
-    def submit(self, work: Work) -> Job:
-        """Queue ``work`` (from the event loop); bad options raise ``ValueError`` here."""
-        return Job(self, self.engine.stream(work.tokens, **work.engine_args()))
+    def submit(self, req: Request) -> Job:
+        """Queue a request ``protocol.requests`` built (from the event loop)."""
+        return Job(self, self.engine._stream(req))
 
     def logprobs_of(self, tokens: List[int], lps: Any) -> Optional[List[TokenLP]]:
         """The engine's per-token logprobs as (text, logprob, [(alt text, logprob)])."""

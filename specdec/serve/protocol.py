@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from .._core import Model
 from ..chat import DEFAULT_LIMITS, TemplateLimits, chat_prompt, check_variables, template_for
 from ..config import MAX_REPETITION_PENALTY, Sampling, bias_pairs
+from .._request import Request
 from ..refused import refusal, refused_field
 from ..results import GenerationResult, Stats, TokenLogprob
 from . import tools as tool_calls
@@ -36,6 +37,8 @@ MAX_N = 16
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 #: the request-body field for specdec's own per-request options
 EXTENSION = "specdec"
+#: the options it may carry (an Engine's: a Decoder takes none)
+EXTENSION_OPTIONS = ("drafter", "n_max")
 
 
 class APIError(Exception):
@@ -64,7 +67,8 @@ def bad(message: str, param: Optional[str] = None, code: Optional[str] = None) -
 
 @dataclass
 class Spec:
-    """A checked request: what the backend runs and how the answer is shaped."""
+    """A checked request body: what to run (``requests`` makes the core's requests of it)
+    and how the answer is shaped."""
 
     kind: str                          # "completion" | "chat"
     model: str
@@ -87,39 +91,8 @@ class Spec:
     tool_format: Optional[str] = None      # the template's tool-call format (tools rendered)
 
     def samplings(self) -> List[Sampling]:
-        """Each choice's sampling: choice i draws with ``seed + i`` (vLLM's rule for a
-        seeded request of n choices), or its own random seed."""
-        s = self.sampling
-        if s.seed is None:
-            return [s] * self.n
-        return [s.with_seed((s.seed + i) % 2**64) for i in range(self.n)]
-
-
-@dataclass
-class Work:
-    """A request ready to run: prompt tokens and per-request options."""
-
-    tokens: List[int]
-    max_tokens: int
-    sampling: Sampling
-    stop: List[str]
-    logprobs: int = -1
-    stop_token_ids: List[int] = field(default_factory=list)
-    options: Optional[Dict[str, Any]] = None
-    constraint: Dict[str, Any] = field(default_factory=dict)   # one Constraint option
-
-    def run_args(self) -> Dict[str, Any]:
-        """The keywords of ``Decoder.generate`` / ``stream`` that run it."""
-        return dict(max_tokens=self.max_tokens, sampling=self.sampling, stop=self.stop,
-                    stop_token_ids=self.stop_token_ids,
-                    logprobs=None if self.logprobs < 0 else (self.logprobs or True),
-                    **self.constraint)
-
-    def engine_args(self) -> Dict[str, Any]:
-        """The keywords of ``Engine.submit`` / ``generate`` / ``stream``: the run's, and the
-        drafter and draft length of the ``specdec`` extension."""
-        opts = self.options or {}
-        return dict(self.run_args(), drafter=opts.get("drafter"), n_max=opts.get("n_max"))
+        """Each choice's sampling (``Sampling.for_choice``)."""
+        return [self.sampling.for_choice(i) for i in range(self.n)]
 
 
 def _is_int(v: Any) -> bool:
@@ -388,23 +361,29 @@ def prompt_tokens(model: Model, spec: Spec, chat_template: Optional[str],
     return list(spec.prompt), [], []
 
 
-def works(spec: Spec, model: Model, n_ctx_seq: int, chat_template: Optional[str],
-          template_limits: TemplateLimits = DEFAULT_LIMITS) -> List[Work]:
-    """What ``spec`` runs, one Work per choice: its prompt rendered and tokenized (within
-    ``template_limits``), ``max_tokens`` held to the room a request has in a context of
-    ``n_ctx_seq`` tokens."""
+def requests(spec: Spec, core: Any, chat_template: Optional[str],
+             template_limits: TemplateLimits = DEFAULT_LIMITS) -> List[Request]:
+    """What ``spec`` runs on ``core`` (a ``specdec.scheduler.Scheduler``), one checked
+    :class:`~specdec._request.Request` per choice, built here once and run as it is: its
+    prompt rendered and tokenized (within ``template_limits``), ``max_tokens`` held to the
+    room a request has in the core's context, the ``specdec`` extension's drafter and
+    ``n_max``. A field the core refuses raises its ``ValueError`` / ``TypeError``
+    (``ImportError`` for a constraint without llguidance)."""
+    model = core.model
     _tools(spec, model, chat_template)
     tokens, stops, stop_ids = prompt_tokens(model, spec, chat_template, template_limits)
-    room = n_ctx_seq - len(tokens)
+    room = core.n_ctx_seq - len(tokens)
     if room < 1:
         raise APIError(413, f"the prompt is {len(tokens)} tokens; this server's context "
-                       f"holds {n_ctx_seq} per request, generation included",
+                       f"holds {core.n_ctx_seq} per request, generation included",
                        param="prompt" if spec.kind == "completion" else "messages",
                        code="context_length_exceeded")
-    return [Work(tokens=tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
-                 sampling=sampling, stop=spec.stop + stops, logprobs=spec.logprobs,
-                 stop_token_ids=spec.stop_token_ids + stop_ids, options=spec.options,
-                 constraint=spec.constraint)
+    return [core.request(tokens, max_tokens=min(spec.max_tokens or room, 2**31 - 1),
+                         sampling=sampling, stop=spec.stop + stops,
+                         logprobs=None if spec.logprobs < 0 else spec.logprobs,
+                         stop_token_ids=spec.stop_token_ids + stop_ids,
+                         drafter=spec.options.get("drafter"), n_max=spec.options.get("n_max"),
+                         **spec.constraint)
             for sampling in spec.samplings()]
 
 
