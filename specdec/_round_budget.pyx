@@ -33,7 +33,7 @@ cdef int draft_caps(BatchCost batch_cost, list seqs) except -1:
     """The caps ``k_cap`` of ``seqs`` (their limits applied) cut by the budget, and the
     confidence floor ``p_stop`` of each that drafts."""
     cdef _Seq s
-    _budget_caps(batch_cost, seqs)
+    _budget(batch_cost, seqs, False, 0.0)
     for s in seqs:
         s.p_stop = s.req.policy.p_stop() if s.k_cap > 0 else 0.0
     return 0
@@ -51,7 +51,7 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
             s.req.policy.observe_draft_time(s.k_cap, s.t_asked)
         s.k = s.req.policy.choose(s.draft.tokens.size(), s.t_asked)
         s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
-    _budget_rows(batch_cost, seqs, t_drafted)
+    _budget(batch_cost, seqs, True, t_drafted)
     for s in seqs:
         s.pred_e = s.req.policy.predicted_tokens
         s.pred_t = s.req.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
@@ -63,12 +63,16 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
     return 0
 
 
-cdef int _budget_caps(BatchCost batch_cost, list seqs) except -1:
-    """Before drafting: the caps of the sequences under the adaptive policy, cut to the
-    rows that would pay for the whole batch, their draft time counted (each sequence's part
-    of its drafter's calls, per token); under load, none."""
+cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted) except -1:
+    """The batch's budget for the sequences under the adaptive policy.
+
+    Before drafting (``drafted`` False): their caps, cut to the rows that would pay for the
+    whole batch, each row's draft time counted (each sequence's part of its drafter's calls,
+    per token); under load, none. After drafting: the verify rows, given to the drafts that
+    pay by each request's own acceptance, up to what its drafter proposed; the drafting time
+    ``t_drafted`` is spent: it counts in the round's time, not as a cost of a row."""
     cdef double a, b, tokens, time
-    cdef int j
+    cdef int j, k
     if not _cost_line(batch_cost, len(seqs), &a, &b):
         return 0
     cdef _Seq s
@@ -76,51 +80,27 @@ cdef int _budget_caps(BatchCost batch_cost, list seqs) except -1:
     cdef vector[int] k_max, k_out
     cdef vector[double] cost
     tokens = len(seqs)
-    time = a + b * len(seqs)
+    time = (t_drafted if drafted else 0.0) + a + b * len(seqs)
     for s in seqs:
-        if s.k_cap <= 0:
+        k = <int>s.draft.tokens.size() if drafted else s.k_cap     # the most it may verify
+        if k <= 0:
             continue
         if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
             free.append(s)
-            k_max.push_back(s.k_cap)
-            cost.push_back(b + s.req.policy._draft_time(s.k_cap) / s.k_cap)
-        else:           # a fixed length, an exploration: its rows are spent anyway
-            tokens += s.req.acc.gain(s.k_cap)
-            time += b * s.k_cap + s.req.policy._draft_time(s.k_cap)
-    k_out = _allocate(free, k_max, cost, tokens, time)
-    for j in range(len(free)):
-        (<_Seq> free[j]).k_cap = k_out[j]
-    return 0
-
-
-cdef int _budget_rows(BatchCost batch_cost, list seqs, double t_drafted) except -1:
-    """After drafting: the verify rows of the batch, given to the drafts that pay by each
-    request's own acceptance (the drafting time is spent: it counts in the round's time,
-    not as a cost of a row), up to what its drafter proposed."""
-    cdef double a, b, tokens, time
-    cdef int j
-    if not _cost_line(batch_cost, len(seqs), &a, &b):
-        return 0
-    cdef _Seq s
-    cdef list free = []
-    cdef vector[int] k_max, k_out
-    cdef vector[double] cost
-    tokens = len(seqs)
-    time = t_drafted + a + b * len(seqs)
-    for s in seqs:
-        if s.draft.tokens.size() == 0:
-            continue
-        if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
-            free.append(s)
-            k_max.push_back(s.draft.tokens.size())
-            cost.push_back(b)
-        else:
+            k_max.push_back(k)
+            cost.push_back(b if drafted else b + s.req.policy._draft_time(k) / k)
+        elif drafted:   # a fixed length, an exploration: its rows are spent anyway
             tokens += s.req.acc.gain(s.k)
             time += b * s.k
+        else:
+            tokens += s.req.acc.gain(k)
+            time += b * k + s.req.policy._draft_time(k)
     k_out = _allocate(free, k_max, cost, tokens, time)
     for j in range(len(free)):
         s = <_Seq> free[j]
-        if max(k_out[j], s.n_forced) != s.k:
+        if not drafted:
+            s.k_cap = k_out[j]
+        elif max(k_out[j], s.n_forced) != s.k:
             s.k = max(k_out[j], s.n_forced)      # forced tokens are never cut
             s.req.policy._predict(s.k, s.t_asked)
     return 0

@@ -115,6 +115,34 @@ def test_batched_drafts_equal_drafts_one_at_a_time(bigram_tiny_path):
     assert [len(a) for a in answers[0]] == [N_MAX, 1, 3, 0, N_MAX, 2, N_MAX, 1]
 
 
+def test_chained_mtp_heads_make_one_decode_per_head(bigram_tiny_path):
+    """Chained heads (three copies of the bigram's head, each with its own context): a round
+    of 8 sequences makes one decode of each head's context, where one sequence at a time made
+    one per sequence per head, and each sequence's draft equals its draft alone."""
+    from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
+    prompts = _walks(bigram_tiny_path)
+    caps = [3, 1, 3, 0, 2, 3, 1, 3]
+    answers, decodes = [], []
+    for batched in (True, False):
+        d = ChainedHeadsMtpDrafter(chain_heads=3)
+        dec = Decoder(bigram_tiny_path, drafter=d, n_max=3, n_seq_max=N_SLOTS, n_ctx=2048)
+        ctl = Controller(dec.ctx, dec.drafters, n_max=0)
+        for i, p in enumerate(prompts):
+            ctl.join(i, p, max_tokens=1, n_max=0)
+        lasts = [ctl.tokens(i)[-1] for i in range(N_SLOTS)]
+        n0 = d.counters()["decodes"]
+        if batched:
+            answers.append(run_propose_batch(d, list(range(N_SLOTS)), lasts, caps))
+        else:
+            answers.append([run_propose_batch(d, [i], [lasts[i]], [caps[i]])[0]
+                            for i in range(N_SLOTS)])
+        decodes.append(d.counters()["decodes"] - n0)
+    assert d.n_heads == 3
+    assert answers[0] == answers[1]
+    assert [len(a) for a in answers[0]] == caps       # the bigram head is always confident
+    assert decodes == [3, sum(caps)]
+
+
 class _BatchGuess(Drafter):
     """Drafts the target's successor cycle for all sequences in one call, and counts calls."""
 

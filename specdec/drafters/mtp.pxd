@@ -17,6 +17,7 @@ cdef class MtpDrafter(TargetFedDrafter):
     cdef int n_vocab_draft               # ids both vocabularies have (a head file may differ)
     cdef vector[float] chain_h           # chained heads: the rows of the prefix being drafted
     cdef vector[int32_t] chain_tok
+    cdef Asks one                        # chained heads: a single ``propose`` as one ask
     cdef int64_t n_skipped
     cdef vector[int32_t] idle            # per seq: rounds observed since its last propose
 
@@ -27,5 +28,6 @@ cdef class MtpDrafter(TargetFedDrafter):
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int _start_asks(self, Asks asks, vector[int] & p0, vector[char] & live) except -1
     cdef int _propose_batch(self, Asks asks) except -1
-    cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1
+    cdef int _propose_chain(self, Asks asks) except -1

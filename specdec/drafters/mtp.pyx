@@ -40,7 +40,8 @@ sequence's draft stops on its own (its cap, ``p_min``, end of generation).
 Models with several trained heads (step35, mimo2, hy_v3) chain them instead:
 draft step ``i`` runs head ``i`` over the whole prefix, llama.cpp's
 ``chain_heads``. Each head gets its own MTP context pinned to its layer with
-``set_mtp_head``, so no head's KV is ever rewritten under another's.
+``set_mtp_head``, so no head's KV is ever rewritten under another's. Several sequences
+share each step's decode there too: step ``i`` holds every drafting sequence's prefix rows.
 """
 from libc.stdint cimport int32_t
 from libc.string cimport memcpy
@@ -179,6 +180,7 @@ cdef class MtpDrafter(TargetFedDrafter):
         self.idle.assign(n_seq, 0)
         self.chain_h.resize(<size_t>(self.n_heads + 1) * self.n_embd)
         self.chain_tok.resize(self.n_heads + 1)
+        self.one = Asks()
         self.n_skipped = 0
         return 0
 
@@ -246,14 +248,19 @@ cdef class MtpDrafter(TargetFedDrafter):
         return prob_at_least(lg, self.n_vocab_draft, y, self.p_min)
 
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1:
+        if self.n_heads > 1:
+            self.one.clear()
+            self.one.add(seq, last, n_max, self.p_stop, out)
+            try:
+                return self._propose_chain(self.one)
+            finally:
+                self.one.drafts = []
         self._check_bound(seq)
         cdef int p0 = self.hist(seq).size()
         if n_max <= 0:
             return 0
         self._sync_at(seq, p0)
         self.idle[seq] = 0
-        if self.n_heads > 1:
-            return self._propose_chain(seq, last, n_max, out)
         cdef double t0
         # a round leaves at most n_max + 1 rows per sequence queued (the configured n_max:
         # the cap of this call may be shorter); more means rounds went by without drafts
@@ -298,36 +305,47 @@ cdef class MtpDrafter(TargetFedDrafter):
         self._keep_seed(seq, p0, last, n_dec)
         return 0
 
-    cdef int _propose_batch(self, Asks asks) except -1:
-        """Every ask's draft, one MTP decode per draft step for all of them (chained heads:
-        one sequence at a time)."""
-        cdef int n = asks.n()
-        if self.n_heads > 1 or n <= 1:
-            return Drafter._propose_batch(self, asks)
-        cdef int j, i, seq, steps = 0, most = self.n_max, n_act
-        cdef vector[int] p0, idx, n_dec
-        cdef vector[int32_t] tok
-        cdef vector[const float *] h
-        cdef vector[char] live
-        p0.resize(n)
-        idx.resize(n)
-        n_dec.assign(n, 0)
-        tok.resize(n)
-        h.resize(n)
-        live.assign(n, 0)
-        for j in range(n):
+    cdef int _start_asks(self, Asks asks, vector[int] & p0, vector[char] & live) except -1:
+        """Before a batch's draft steps: each ask's position (``p0``), whether it drafts
+        (``live``: a cap above 0, its pairs synced there); returns the largest cap."""
+        cdef int j, seq, most = 0
+        p0.resize(asks.n())
+        live.assign(asks.n(), 0)
+        for j in range(asks.n()):
             seq = asks.seq[j]
             self._check_bound(seq)
             p0[j] = self.hist(seq).size()
-            tok[j] = asks.last[j]
             if asks.n_max[j] <= 0:
                 continue
             self._sync_at(seq, p0[j])
             self.idle[seq] = 0
-            h[j] = self.pend[seq].data()
             live[j] = 1
-            steps = max(steps, asks.n_max[j])
             most = max(most, asks.n_max[j])
+        return most
+
+    cdef int _propose_batch(self, Asks asks) except -1:
+        """Every ask's draft, one MTP decode per draft step for all of them (chained heads:
+        one decode of each head's context, ``_propose_chain``)."""
+        cdef int n = asks.n()
+        if self.n_heads > 1:
+            return self._propose_chain(asks)
+        if n <= 1:
+            return Drafter._propose_batch(self, asks)
+        cdef int j, i, steps = 0, most = self.n_max, n_act
+        cdef vector[int] p0, idx, n_dec
+        cdef vector[int32_t] tok
+        cdef vector[const float *] h
+        cdef vector[char] live
+        idx.resize(n)
+        n_dec.assign(n, 0)
+        tok.resize(n)
+        h.resize(n)
+        steps = self._start_asks(asks, p0, live)
+        most = max(most, steps)
+        for j in range(n):
+            tok[j] = asks.last[j]
+            if live[j]:
+                h[j] = self.pend[asks.seq[j]].data()
         cdef double t0
         # more queued rows than the rounds leave (see _propose): that catch-up runs on its
         # own, so the draft steps' time stays a measure of drafting
@@ -382,42 +400,73 @@ cdef class MtpDrafter(TargetFedDrafter):
             self._keep_seed(asks.seq[j], p0[j], asks.last[j], n_dec[j])
         return 0
 
-    cdef int _propose_chain(self, int seq, int32_t last, int n_max, Draft out) except -1:
-        """Step i runs head i over (last, d_0..d_{i-1}) with rows (h_last, out_0..out_{i-1})."""
-        cdef int E = self.n_embd, i, t
-        cdef int p0 = self.hist(seq).size()
-        cdef int n = min(n_max, self.n_heads)
+    cdef int _propose_chain(self, Asks asks) except -1:
+        """Chained heads for every ask: step ``i`` runs head ``i`` over ``(last, d_0..d_{i-1})``
+        with rows ``(h_last, out_0..out_{i-1})`` of every sequence still drafting, in one
+        decode of head ``i``'s context (several where their rows outgrow its batch), so a
+        round costs at most ``n_heads`` decodes however many sequences draft."""
+        cdef int n = asks.n(), E = self.n_embd, W = self.n_heads + 1
+        cdef int j, k, i, t, first, steps
+        cdef vector[int] p0, out_row
+        cdef vector[char] live
         cdef Context c
         cdef const float * lg
         cdef const float * h
         cdef int32_t y
+        cdef Draft out
+        out_row.resize(n)
+        steps = min(self._start_asks(asks, p0, live), self.n_heads)
         self._flush()
-        memcpy(self.chain_h.data(), self.pend[seq].data(), E * sizeof(float))
-        self.chain_tok[0] = last
-        for i in range(n):
-            if p0 + i >= self.mtp_ctx.n_ctx_seq:
-                break
+        if <int>self.chain_tok.size() < n * W:
+            self.chain_tok.resize(n * W)
+            self.chain_h.resize(<size_t>n * W * E)
+        for j in range(n):
+            if live[j]:
+                memcpy(self.chain_h.data() + <size_t>j * W * E, self.pend[asks.seq[j]].data(),
+                       E * sizeof(float))
+                self.chain_tok[j * W] = asks.last[j]
+        for i in range(steps):
             c = <Context> self.fed_ctxs[i]
-            for t in range(i + 1):
-                self.batch.add_embd_c(self.chain_tok[t], p0 + t, seq, t == i,
-                                      self.chain_h.data() + <size_t>t * E)
-            c.decode_c(self.batch)
-            self.batch.clear_c()
-            self.n_decodes += 1
-            lg = c.logits_c(i)
-            h = c.mtp_hidden_c(i)
-            if lg == NULL or h == NULL:
-                raise RuntimeError("the MTP context gave no output for a draft row")
-            y = argmax(lg, self.n_vocab_draft)
-            # copy before the trim: the outputs stay, but keep the order obvious
-            self.chain_tok[i + 1] = y
-            memcpy(self.chain_h.data() + <size_t>(i + 1) * E, h, E * sizeof(float))
-            c.seq_rm_c(seq, p0, -1)    # head i's draft region: rebuilt from scratch next time
-            if not self._confident(lg, y):
-                break
-            out.tokens.push_back(y)
-            if self._target.model.is_eog_c(y):
-                break
+            for j in range(n):
+                if live[j] and (i >= asks.n_max[j] or p0[j] + i >= self.mtp_ctx.n_ctx_seq):
+                    live[j] = 0
+            j = 0
+            while j < n:
+                first = j
+                while j < n and (not live[j] or self.batch.b.n_tokens + i + 1 <= self.batch.capacity):
+                    if live[j]:
+                        out_row[j] = self.batch.b.n_tokens + i
+                        for t in range(i + 1):
+                            self.batch.add_embd_c(self.chain_tok[j * W + t], p0[j] + t, asks.seq[j],
+                                                  t == i, self.chain_h.data() + <size_t>(j * W + t) * E)
+                    j += 1
+                if self.batch.b.n_tokens == 0:
+                    if j < n:
+                        raise RuntimeError("a chained draft step outgrows the MTP batch")
+                    break
+                c.decode_c(self.batch)
+                self.batch.clear_c()
+                self.n_decodes += 1
+                for k in range(first, j):
+                    if not live[k]:
+                        continue
+                    lg = c.logits_c(out_row[k])
+                    h = c.mtp_hidden_c(out_row[k])
+                    if lg == NULL or h == NULL:
+                        raise RuntimeError("the MTP context gave no output for a draft row")
+                    y = argmax(lg, self.n_vocab_draft)
+                    # copy before the trim: the outputs stay, but keep the order obvious
+                    self.chain_tok[k * W + i + 1] = y
+                    memcpy(self.chain_h.data() + <size_t>(k * W + i + 1) * E, h, E * sizeof(float))
+                    # head i's draft region: rebuilt from scratch next time
+                    c.seq_rm_c(asks.seq[k], p0[k], -1)
+                    if not self._confident(lg, y):
+                        live[k] = 0
+                        continue
+                    out = <Draft> asks.drafts[k]
+                    out.tokens.push_back(y)
+                    if self._target.model.is_eog_c(y):
+                        live[k] = 0
         return 0
 
     # --- introspection ----------------------------------------------------------------
