@@ -18,16 +18,11 @@ and ``n_past`` the number of tokens that are. A round decodes
 the target agrees with (``_verify.Verifier``), emits ``d1..da`` and the target's own
 next token (``_output.TextOutput``), and removes the rest from the target's memory.
 
-The round's parts live in their own modules, this class holding them together:
-
-- ``_seq``: a sequence's state (memory, request, counters, the round in progress);
-- ``_propose``: drafting, each drafter once for all the sequences that ask it;
-- ``_round_budget``: the draft lengths (each sequence's policy, the batch's budget);
-- ``_verify``: verification; ``_output``: text, stop strings, logprobs;
-- ``_rollback``: one strategy per context, chosen once from its memory kind (KV trim,
-  recurrent snapshots, or checkpoint + decode again);
-- ``_prefix_reuse``: what a join keeps of what its slot held (``HeldState``);
-- ``_checks``: the test hooks and the test driver (``start``/``run``), apart from this class.
+The round's parts live in their own modules, this class holding them together (see
+docs/architecture.md): ``_seq`` (a sequence's memory, request, counters and round),
+``_propose`` (drafting), ``_round_budget`` (draft lengths), ``_verify``, ``_output``,
+``_rollback`` (one strategy per context: KV trim, recurrent snapshots, or checkpoint +
+decode again), ``_prefix_reuse`` and, apart from this class, ``_checks`` (the test driver).
 
 Requests are validated by the API (``specdec._request``); below it, assertions.
 """
