@@ -70,7 +70,16 @@ def test_the_structured_case_runs_and_reports_its_ratios(tmp_path, monkeypatch):
     assert all(name in listed for name in TRACKED)
 
 
-def test_quick_and_full_matrices_hold_the_structured_cases():
-    for name in ("quick", "full"):
+def test_the_structured_and_full_matrices_hold_the_structured_cases_quick_does_not():
+    for name in ("structured", "full"):
         cases = {c.name: c for c in matrix.get(name).cases}
         assert cases["structured-c1"].concurrency == 1 and cases["structured-c4"].concurrency == 4
+    assert not any(c.name.startswith("structured") for c in matrix.quick().cases)
+
+
+def test_case_structured_alone_runs_the_structured_matrix():
+    from specdec.benchmark.cli import _matrix_name
+    from types import SimpleNamespace
+    assert _matrix_name(SimpleNamespace(gpu=False, matrix=None, case=["structured"])) == "structured"
+    assert _matrix_name(SimpleNamespace(gpu=False, matrix="full", case=["structured"])) == "full"
+    assert _matrix_name(SimpleNamespace(gpu=False, matrix=None, case=["gemma3-270m"])) == "quick"

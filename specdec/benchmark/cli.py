@@ -89,7 +89,8 @@ def parser() -> argparse.ArgumentParser:
                    "(repeatable), e.g. gemma3-270m, mtp-mid-90; 'serve' alone: specdec serve "
                    "against llama-server at concurrency 1, 4 and 8; 'engine-mtp' alone: an "
                    "Engine's MTP drafting at 4 and 8 slots against its plain decoding and "
-                   "llama-server's draft-mtp")
+                   "llama-server's draft-mtp; 'structured': JSON-schema decoding served at "
+                   "concurrency 1 and 4 against llama-server (in --full, not in --quick)")
     p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the "
                    "matrix's; a baseline needs at least 2)")
     p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
@@ -256,6 +257,8 @@ def _measure(args: argparse.Namespace, out: Path, log: Callable[[str], None]) ->
 def _matrix_name(args: argparse.Namespace) -> str:
     if args.gpu:
         return "gpu-quick" if args.matrix == "quick" else "gpu"
+    if args.matrix is None and args.case and all(c.startswith("structured") for c in args.case):
+        return "structured"         # its own matrix: not part of --quick (see matrix.quick)
     return args.matrix or "quick"
 
 
