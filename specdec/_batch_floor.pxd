@@ -12,7 +12,6 @@ cdef class BatchFloor:
     cdef vector[int] off_left        # rounds still held plain at n (drafting off)
     cdef vector[int] gap             # the next pause at n, once a probe fails
     cdef vector[int] probe_left      # drafting rounds left in the probe under way at n
-    cdef vector[char] forced         # this round was held plain by the floor (not a probe)
     cdef readonly long n_held         # rounds held plain, in all
     cdef readonly long n_off          # times drafting was turned off
     cdef int kind                    # this round: 0 not judged, 1 plain, 2 adaptive drafts

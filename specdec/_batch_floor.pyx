@@ -56,7 +56,6 @@ cdef class BatchFloor:
         self.off_left.assign(m, 0)
         self.gap.assign(m, PAUSE_FIRST)
         self.probe_left.assign(m, 0)
-        self.forced.assign(m, 0)
         self.n_held = self.n_off = 0
         self.kind = self.n_in = self.tokens0 = 0
 
@@ -66,7 +65,6 @@ cdef class BatchFloor:
         if n < 2 or n > self.n_max:
             return True
         self.rounds[n] += 1
-        self.forced[n] = 0
         if self.probe_left[n] > 0:
             return True
         if self.off_left[n] > 0:
@@ -76,12 +74,10 @@ cdef class BatchFloor:
                 self.probe_left[n] = PROBE_ROUNDS
                 self.d_tok[n] = self.d_t[n] = self.d_n[n] = 0.0
                 return True
-            self.forced[n] = 1
             self.n_held += 1
             return False
         cdef int every = PLAIN_EVERY if self.p_n[n] >= MIN_SAMPLES else PLAIN_EARLY
         if self.rounds[n] % every == 0:
-            self.forced[n] = 1
             self.n_held += 1
             return False
         return True
