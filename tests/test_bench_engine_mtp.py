@@ -38,3 +38,26 @@ def test_engine_mtp_case_runs_every_method_and_reports(cache, tmp_path):
 def test_prompts_differ_per_request():
     ps = engine_mtp.prompts(8)
     assert len(set(ps)) == 8
+
+
+def test_gpu_placement_reaches_both_sides(cache, tmp_path, monkeypatch):
+    """``--gpu``'s Engine step: every Engine is asked for ``n_gpu_layers`` and llama-server for
+    ``-ngl 99``; without a device the server keeps its layers on the CPU (``-ngl 0``)."""
+    import specdec
+    from pathlib import Path
+
+    asked = []
+    real = specdec.Engine
+
+    def engine(model, **kw):   # this CPU build has no device: record the ask, decode on the CPU
+        asked.append(kw["n_gpu_layers"])
+        return real(model, **{**kw, "n_gpu_layers": 0})
+
+    monkeypatch.setattr(specdec, "Engine", engine)
+    res = engine_mtp.run(tmp_path / "out", n_gen=8, reps=1, accuracies=(0.9,), slots=(1,),
+                         peers=False, size="tiny", n_gpu_layers=-1, log=lambda s: None)
+    assert asked == [-1, -1, -1] and res["n_gpu_layers"] == -1
+    argv = engine_mtp.llama_server_argv(Path("llama-server"), "m.gguf", 1234, 4, 2, -1)
+    assert argv[argv.index("-ngl") + 1] == "99" and argv[argv.index("-np") + 1] == "4"
+    cpu = engine_mtp.llama_server_argv(Path("llama-server"), "m.gguf", 1234, 4, 2, 0)
+    assert "-ngl" not in cpu or cpu[cpu.index("-ngl") + 1] == "0"

@@ -33,6 +33,9 @@ def test_gpu_without_a_gpu_says_so_and_exits_2(capsys):
     err = capsys.readouterr().err
     assert "no GPU to measure on" in err and "nothing measured" in err
     assert "Traceback" not in err
+    # the Engine step alone too: it must not measure the CPU under a GPU label
+    assert main(["bench", "--gpu", "--case", "engine-mtp", "--no-plots", "-q"]) == 2
+    assert "no GPU to measure on" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--n-gpu-layers", "8"], ["--rpc-standin"], ["--gpu", "--ci"],
@@ -46,6 +49,9 @@ def test_gpu_matrices_run_what_the_issue_asks():
     full, quick = matrix.gpu(), matrix.gpu(quick=True)
     sizes = {(c.size, c.accuracy) for c in full.cases}
     assert {("large", 0.9), ("large", 0.7), ("large", 0.5), ("mid", 0.9), ("mid", 0.7)} <= sizes
+    # --quick too: MTP at 90/70/50% (the Engine step adds 1/4/8/16 slots: engine_mtp.GPU_SLOTS)
+    assert {(c.size, c.accuracy) for c in quick.cases} == {("large", 0.9), ("large", 0.7),
+                                                           ("large", 0.5)}
     for m in (full, quick):
         for c in m.cases:
             fixed = {x.n_max for x in c.methods if x.side == "specdec" and x.family == "mtp"

@@ -74,15 +74,18 @@ def parser() -> argparse.ArgumentParser:
                    help="every layer of every model on the device on both sides (specdec's "
                    "n_gpu_layers, llama.cpp's -ngl): MTP on a ~1.4B synthetic model at 90/70/50%% "
                    "(n_max up to 8, adaptive) and the mid one, plain against llama-bench and "
-                   "llama-simple, then the serve bench at concurrency 1, 4, 8 and 16 "
-                   "(--gpu --quick: the large model at 90/70%%, concurrency 1 and 16); peers "
-                   "built with specdec's backend; exit 2 without a GPU")
+                   "llama-simple; then an Engine's MTP drafting at 1, 4, 8 and 16 slots against "
+                   "its plain decoding and llama-server's draft-mtp (the ~1.4B model), and the "
+                   "serve bench (gemma3-270m) at concurrency 1, 4, 8 and 16 (--gpu --quick: the "
+                   "large model only, the Engine at 90%%, serving at concurrency 1 and 16); "
+                   "peers built with specdec's backend; exit 2 without a GPU")
     d.add_argument("--n-gpu-layers", "-ngl", type=int, metavar="N",
                    help="with --gpu: layers on the device on both sides (default -1: all)")
     d.add_argument("--rpc-standin", action="store_true",
                    help="with --gpu: a local specdec rpc-server per side stands in for the "
                    "device (tests the plumbing on a CPU; no serve step)")
-    d.add_argument("--no-serve", action="store_true", help="with --gpu: skip the serve step")
+    d.add_argument("--no-serve", action="store_true", help="with --gpu: skip the serve step (it needs gemma3-270m, "
+                   "from PyPI once)")
     p.add_argument("--list", action="store_true", help="list the matrix's cases (all matrices "
                    "without --ci/--quick/--full), their methods and ratios, and exit")
     p.add_argument("--case", action="append", help="only cases whose name starts with this "
@@ -289,14 +292,24 @@ def _gpu_serve(args: argparse.Namespace, out: Path, log: Callable[[str], None]) 
     print(md)
 
 
-def _engine_mtp(args: argparse.Namespace, log: Callable[[str], None]) -> int:
-    from . import engine_mtp
+def _engine_mtp(args: argparse.Namespace, log: Callable[[str], None],
+                out: Optional[Path] = None) -> int:
+    """``--case engine-mtp``, and ``--gpu``'s Engine step: an Engine's MTP drafting under
+    concurrency against its plain decoding and llama-server's draft-mtp. With ``--gpu``
+    every layer is on the device on both sides, on the ~1.4B size at 1, 4, 8 and 16 slots
+    (``--quick``: at 90% only)."""
+    from . import engine_mtp as em
 
-    out = Path(args.out) if args.out else Path("specdec-bench") / (
-        f"engine-mtp-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
-    results = engine_mtp.run(out, n_gen=args.n_gen or 48, reps=args.reps or 3,
-                             threads=args.threads, peers=not args.no_peers, log=log)
-    md = engine_mtp.markdown(results)
+    out = out or (Path(args.out) if args.out else Path("specdec-bench") / (
+        f"engine-mtp-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"))
+    kw: Dict[str, Any] = {}
+    if args.gpu:
+        kw = dict(size=em.GPU_SIZE, slots=em.GPU_SLOTS, n_gpu_layers=_n_gpu_layers(args),
+                  accuracies=(0.9,) if args.matrix == "quick" else em.ACCURACIES)
+    results = em.run(out, n_gen=args.n_gen or (em.GPU_N_GEN if args.gpu else 48),
+                     reps=args.reps or 3, threads=args.threads, peers=not args.no_peers,
+                     log=log, **kw)
+    md = em.markdown(results)
     (out / "engine-mtp.md").write_text(md)
     print(md)
     log(f"wrote {out / 'engine-mtp.json'} and {out / 'engine-mtp.md'}")
@@ -317,8 +330,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdec bench: warning: {warning}", file=sys.stderr)
     if args.case == ["serve"]:
         return _serve(args, log)
-    if args.case == ["engine-mtp"]:
-        return _engine_mtp(args, log)
     base = _check_usage(args)
     if args.gpu and not args.rpc_standin and not args.results:
         from .gpu import why_no_device
@@ -327,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"specdec bench --gpu: no GPU to measure on: {why}; nothing measured",
                   file=sys.stderr)
             return EXIT_CANNOT_JUDGE
+    if args.case == ["engine-mtp"]:
+        return _engine_mtp(args, log)
     if args.results:
         try:
             results = report.load_results(args.results)
@@ -353,8 +366,10 @@ def run(args: argparse.Namespace) -> int:
     if args.save_baseline:
         _baseline(results, args.save_baseline, log)
     log(f"wrote {out / 'results.json'} and {out / 'report.md'}")
-    if args.gpu and not args.results and not args.rpc_standin and not args.no_serve:
-        _gpu_serve(args, out, log)
+    if args.gpu and not args.results and not args.rpc_standin and not args.case:
+        _engine_mtp(args, log, out / "engine-mtp")
+        if not args.no_serve:
+            _gpu_serve(args, out, log)
     rc = EXIT_REGRESSION if results["failures"] else EXIT_OK
     if base is not None:
         judged = _gate(results, base, args)

@@ -22,6 +22,11 @@ from .matrix import MTP_PROMPT
 
 ACCURACIES = (0.9, 0.7, 0.5)
 SLOTS = (4, 8)
+#: ``--gpu``: the slot counts of a GPU server (issue 29), on the ~1.4B size (the mid one is
+#: launch-bound on a GPU); ``--gpu --quick`` at 90% only
+GPU_SLOTS = (1, 4, 8, 16)
+GPU_SIZE = "large"
+GPU_N_GEN = 128
 HEAD = "mtp:q4_0"
 N_MAX = 4
 N_CTX = 512        # per slot: the prompt and the generation
@@ -57,28 +62,36 @@ def _server_pass(port: int, texts: Sequence[str], n_gen: int) -> Dict[str, Any]:
             "drafted": 0, "accepted": 0}
 
 
-def _llama_server(model: str, slots: int, threads: int, log_path: Path) -> Any:
+def llama_server_argv(binary: Path, model: str, port: int, slots: int, threads: int,
+                      n_gpu_layers: int = 0) -> List[str]:
+    """llama-server with its own MTP head (``draft-mtp``), ``-np`` = slots, the layers placed
+    as on specdec's side."""
+    from .gpu import placement_flags
+    return [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
+            "-np", str(slots), "-c", str(N_CTX * slots), "-t", str(threads), "-tb",
+            str(threads), "--no-webui", "--log-disable", "--spec-type", "draft-mtp",
+            "--spec-draft-n-max", str(N_MAX), *placement_flags(n_gpu_layers)]
+
+
+def _llama_server(model: str, slots: int, threads: int, log_path: Path,
+                  n_gpu_layers: int = 0) -> Any:
     from .llama_tools import ensure_tools
     from .serve import ServerProcess, free_port
     binary = ensure_tools(("llama-server",))["llama-server"]
     port = free_port()
-    argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
-            "-np", str(slots), "-c", str(N_CTX * slots), "-t", str(threads), "-tb",
-            str(threads), "--no-webui", "--log-disable", "--spec-type", "draft-mtp",
-            "--spec-draft-n-max", str(N_MAX)]
-    return ServerProcess(argv, port, log_path)
+    return ServerProcess(llama_server_argv(binary, model, port, slots, threads, n_gpu_layers),
+                         port, log_path)
 
 
 def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
         accuracies: Sequence[float] = ACCURACIES, slots: Sequence[int] = SLOTS,
-        peers: bool = True, size: str = "mid", log: Callable[[str], None] = print
-        ) -> Dict[str, Any]:
-    """Measure every (accuracy, slots); returns the results (also ``out_dir/engine-mtp.json``).
-    ``size``: the bigram model's ("tiny" for a quick check of the harness)."""
-    import json
-
+        peers: bool = True, size: str = "mid", n_gpu_layers: int = 0,
+        log: Callable[[str], None] = print) -> Dict[str, Any]:
+    """Measure every (accuracy, slots); returns the results (also ``out_dir/engine-mtp.json``,
+    rewritten after each slot count, so a run stopped midway leaves what it measured).
+    ``size``: the bigram model's ("tiny" for a quick check of the harness); ``n_gpu_layers``:
+    the layers on the device on both sides (``--gpu``; llama-server's ``-ngl``)."""
     from .. import Engine
-    from .machine import describe
     from .synthetic import model_for
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -88,7 +101,7 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
         for n in slots:
             texts = prompts(n)
             kw = dict(n_slots=n, n_ctx=N_CTX, n_threads=threads, n_max=N_MAX,
-                      prefix_reuse=False, prompt_cache_mib=0)
+                      prefix_reuse=False, prompt_cache_mib=0, n_gpu_layers=n_gpu_layers)
             engines = {PLAIN: Engine(model, **kw),
                        FIXED: Engine(model, drafters=[HEAD], **kw),
                        ADAPTIVE: Engine(model, drafters=[HEAD], adaptive=True, **kw)}
@@ -96,7 +109,8 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
             notes: Dict[str, str] = {}
             if peers:
                 try:
-                    server = _llama_server(model, n, threads, out_dir / "servers.log")
+                    server = _llama_server(model, n, threads, out_dir / "servers.log",
+                                           n_gpu_layers)
                 except Exception as e:  # noqa: BLE001 - the row says why
                     notes[LLAMA] = f"{type(e).__name__}: {str(e)[:200]}"
             else:
@@ -134,8 +148,23 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
                                acceptance=(sum(r["accepted"] for r in got) / drafted
                                            if drafted else None))
                 rows.append(row)
-    results = {"case": "engine-mtp", "size": size, "n_gen": n_gen, "reps": reps, "threads": threads,
-               "head": HEAD, "n_max": N_MAX, "machine": describe(threads), "rows": rows}
+            _write(out_dir, rows, size=size, n_gen=n_gen, reps=reps, threads=threads,
+                   n_gpu_layers=n_gpu_layers)
+    return _write(out_dir, rows, size=size, n_gen=n_gen, reps=reps, threads=threads,
+                  n_gpu_layers=n_gpu_layers)
+
+
+def _write(out_dir: Path, rows: List[Dict[str, Any]], **meta: Any) -> Dict[str, Any]:
+    """The results so far, with each drafting row's ratio to llama-server's; written to
+    ``out_dir/engine-mtp.json``."""
+    import json
+
+    from .machine import describe
+    results = {"case": "engine-mtp", **meta, "head": HEAD, "n_max": N_MAX,
+               "machine": describe(meta["threads"]), "rows": rows}
+    if meta.get("n_gpu_layers"):
+        from .gpu import device_names
+        results["devices"] = device_names()
     for r in rows:
         if r["method"] in (FIXED, ADAPTIVE):
             peer = next((x for x in rows if x["accuracy"] == r["accuracy"]
@@ -148,8 +177,11 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
 
 def markdown(results: Dict[str, Any]) -> str:
     cpu = results.get("machine", {}).get("cpu")
+    where = (f"every layer on {', '.join(results['devices']) or 'the device'}"
+             if results.get("n_gpu_layers") else f"{results['threads']} threads"
+             + (f" ({cpu})" if cpu else ""))
     lines = [f"## Engine MTP under concurrency: {results['size']} bigram model, {results['head']}, "
-             f"{results['threads']} threads" + (f" ({cpu})" if cpu else "")
+             + where
              + f", {results['n_gen']} tokens per request, {results['reps']} passes each", "",
              "| head accuracy | slots | method | tok/s | x plain | x llama-server | acceptance |"
              " note |", "|---|---|---|---|---|---|---|---|"]

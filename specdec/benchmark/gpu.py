@@ -12,6 +12,18 @@ from typing import List, Optional
 NOT_DEVICES = ("CPU", "RPC", "BLAS")
 
 
+def ngl(n_gpu_layers: int) -> str:
+    """llama.cpp's ``-ngl`` for specdec's ``n_gpu_layers`` (-1, every layer: 99)."""
+    return "99" if n_gpu_layers < 0 else str(n_gpu_layers)
+
+
+def placement_flags(n_gpu_layers: int) -> List[str]:
+    """llama.cpp's tools' flags placing the layers as specdec's ``n_gpu_layers`` does: every
+    layer on the device for -1, none for 0 (a GPU-built tool would offload by default)."""
+    from .llama_tools import cpu_only_flags
+    return ["-ngl", ngl(n_gpu_layers)] if n_gpu_layers else list(cpu_only_flags())
+
+
 def device_names() -> List[str]:
     """The GPUs (discrete, else integrated) found at run time, by description."""
     from .._core import devices

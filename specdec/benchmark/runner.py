@@ -157,7 +157,8 @@ class Runner:
 
     def _ngl_flag(self) -> str:
         """llama.cpp's ``-ngl`` for ``n_gpu_layers`` (-1, every layer: 99)."""
-        return "99" if self.n_gpu_layers < 0 else str(self.n_gpu_layers)
+        from .gpu import ngl
+        return ngl(self.n_gpu_layers)
 
     def _placed(self, case: Case, placement: Dict[str, Any], flags: Sequence[str]) -> List[Row]:
         """Run ``case`` with its layers placed so on specdec's side and so in the tools'

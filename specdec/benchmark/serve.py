@@ -115,15 +115,12 @@ def _specdec_argv(model: str, port: int, slots: int, *, drafter: Optional[str],
 def _llama_argv(binary: Path, model: str, port: int, slots: int, *,
                 spec_type: Optional[str], threads: int, n_gpu_layers: int = 0,
                 n_max: int = N_MAX, extra: Sequence[str] = ()) -> List[str]:
-    from .llama_tools import cpu_only_flags
+    from .gpu import placement_flags
 
     argv = [str(binary), "-m", model, "--host", "127.0.0.1", "--port", str(port),
             "-np", str(slots), "-c", str(N_CTX * slots), "-t", str(threads), "-tb", str(threads),
             "--no-webui", "--log-disable"]
-    # every layer on the device as on specdec's side (-1: all), else none (a GPU-built
-    # server would offload by default)
-    argv += (["-ngl", "99" if n_gpu_layers < 0 else str(n_gpu_layers)] if n_gpu_layers
-             else list(cpu_only_flags()))
+    argv += placement_flags(n_gpu_layers)
     if spec_type:
         argv += ["--spec-type", spec_type, "--spec-draft-n-max", str(n_max), *extra]
     return argv
