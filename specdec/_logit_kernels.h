@@ -2,21 +2,29 @@
 
    Why: a row is the whole vocabulary (262k floats for Gemma), and a sampled token
    used to pay a scalar exp and a sort over all of it (~34 ms). These kernels make
-   each pass one vectorised sweep: the maximum, exp-sums (with the masses and counts
-   above a ladder of thresholds, so that top-k / top-p find a small candidate set
-   without sorting the vocabulary), the ids above a threshold, and the dense weights
-   of a full-vocabulary distribution with per-block sums for an O(n/B + B) draw.
+   each pass one vectorised sweep: the maximum, an exp-sum, and the dense weights of a
+   full-vocabulary distribution with per-block sums for an O(n/B + B) draw. The
+   sparse distribution's candidate sets are cut by _candidates.h on the same types.
 
    Written with GCC/Clang vector extensions: one source that compiles to AVX-512,
-   AVX2, SSE or NEON, whichever -march allows. exp follows ggml's ggml_v_expf (the
-   ARM optimized-routines polynomial, max error 1.5 ulp) for arguments in [-87, 0]. */
+   AVX2, SSE or NEON, whichever -march allows (SPECDEC_VL follows it). exp follows
+   ggml's ggml_v_expf (the ARM optimized-routines polynomial, max error 1.5 ulp) for
+   arguments in [-87, 0]. */
 #pragma once
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
+/* lanes per vector: the widest the target ISA has (a wider generic vector is lowered
+   through memory, about 8x slower) */
+#if defined(__AVX512F__)
 #define SPECDEC_VL 16
+#elif defined(__AVX__)
+#define SPECDEC_VL 8
+#else
+#define SPECDEC_VL 4
+#endif
 #define SPECDEC_BLOCK 1024 /* tokens per block sum of a dense distribution */
 
 typedef float specdec_vf __attribute__((vector_size(SPECDEC_VL * 4)));
@@ -95,87 +103,6 @@ static double specdec_exp_sum(const float * x, int n, float mx, float floor_) {
     }
     for (; i < n; ++i) if (x[i] >= floor_) z += specdec_expf_neg(x[i] - mx);
     return z;
-}
-
-#define SPECDEC_LADDER 10
-
-/* For each threshold thr[j] (j < SPECDEC_LADDER): how many x are >= thr[j], and, when
-   mass is not NULL, the sum of exp(x - mx) over them. Returns the sum of exp(x - mx)
-   over x >= floor_ (0 when mass is NULL). */
-static double specdec_ladder(const float * x, int n, float mx, float floor_, const float * thr,
-                             int64_t * count, double * mass) {
-    specdec_vf vt[SPECDEC_LADDER];
-    for (int j = 0; j < SPECDEC_LADDER; ++j) {
-        vt[j] = specdec_splat(thr[j]);
-        count[j] = 0;
-        if (mass) mass[j] = 0.0;
-    }
-    const specdec_vf vfl = specdec_splat(floor_);
-    double z = 0.0;
-    int i = 0;
-    while (i + SPECDEC_VL <= n) {
-        specdec_vf az = specdec_splat(0.0f), am[SPECDEC_LADDER];
-        specdec_vi ac[SPECDEC_LADDER];
-        for (int j = 0; j < SPECDEC_LADDER; ++j) {
-            am[j] = specdec_splat(0.0f);
-            ac[j] = (specdec_vi)specdec_splat(0.0f);
-        }
-        const int end = (n - i) / SPECDEC_VL > 64 ? i + 64 * SPECDEC_VL : n - (n - i) % SPECDEC_VL;
-        if (mass) {
-            for (; i < end; i += SPECDEC_VL) {
-                const specdec_vf v = specdec_load(x + i);
-                const specdec_vf w = (specdec_vf)((specdec_vi)specdec_vexp(v - mx) & (v >= vfl));
-                az += w;
-                for (int j = 0; j < SPECDEC_LADDER; ++j) {
-                    const specdec_vi m = v >= vt[j];
-                    ac[j] -= m;
-                    am[j] += (specdec_vf)((specdec_vi)w & m);
-                }
-            }
-        } else {
-            for (; i < end; i += SPECDEC_VL) {
-                const specdec_vf v = specdec_load(x + i);
-                for (int j = 0; j < SPECDEC_LADDER; ++j) ac[j] -= (v >= vt[j]);
-            }
-        }
-        for (int j = 0; j < SPECDEC_LADDER; ++j) {
-            for (int k = 0; k < SPECDEC_VL; ++k) count[j] += ac[j][k];
-            if (mass) mass[j] += specdec_hsum(am[j]);
-        }
-        if (mass) z += specdec_hsum(az);
-    }
-    for (; i < n; ++i) {
-        const float w = x[i] >= floor_ ? specdec_expf_neg(x[i] - mx) : 0.0f;
-        if (mass) z += w;
-        for (int j = 0; j < SPECDEC_LADDER; ++j) {
-            if (x[i] >= thr[j]) {
-                count[j] += 1;
-                if (mass) mass[j] += w;
-            }
-        }
-    }
-    return z;
-}
-
-/* ids of the x >= theta, in id order, into ids (room for n); returns how many */
-static int specdec_collect(const float * x, int n, float theta, int32_t * ids) {
-    int c = 0, i = 0;
-    const specdec_vf vt = specdec_splat(theta);
-    for (; i + SPECDEC_VL <= n; i += SPECDEC_VL) {
-        const specdec_vi m = specdec_load(x + i) >= vt;
-        int any = 0;
-        for (int k = 0; k < SPECDEC_VL; ++k) any |= m[k];
-        if (!any) continue;
-        for (int k = 0; k < SPECDEC_VL; ++k) {
-            ids[c] = i + k;
-            c += m[k] & 1;
-        }
-    }
-    for (; i < n; ++i) {
-        ids[c] = i;
-        c += x[i] >= theta;
-    }
-    return c;
 }
 
 /* w[i] = exp((x[i] - mx) * inv_t) for x[i] >= floor_, else 0; blocks[b] = the sum of

@@ -5,14 +5,12 @@
 The order follows llama.cpp's default chain: top-k, top-p and min-p on the raw
 logits, then temperature. The vocabulary can be 262k tokens wide and rejection
 sampling needs p(x) and residuals, not only a draw, so a distribution is kept
-sparse (the few candidates top-k / top-p / min-p leave, found by vectorised passes
-before anything is sorted) or, with temperature alone, dense (weights by id and
-block sums: no sort at all).
+sparse (the few candidates top-k / top-p / min-p leave, found by a partial selection
+without sorting the vocabulary: ``_candidates.h``) or, with temperature alone, dense
+(weights by id and block sums: no sort at all).
 """
 from libc.math cimport exp, log, INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t
-from libcpp.algorithm cimport sort, partial_sort
-from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
 import numpy as np
@@ -25,16 +23,22 @@ DEF _CUTOFF = 40.0
 
 
 cdef extern from "_logit_kernels.h" nogil:
-    enum: SPECDEC_LADDER
     enum: SPECDEC_BLOCK
     float specdec_max(const float * x, int n)
     double specdec_exp_sum(const float * x, int n, float mx, float floor_)
-    double specdec_ladder(const float * x, int n, float mx, float floor_, const float * thr,
-                          int64_t * count, double * mass)
-    int specdec_collect(const float * x, int n, float theta, int32_t * ids)
     double specdec_dense(const float * x, int n, float mx, float floor_, float inv_t, float * w,
                          double * blocks)
     int specdec_draw(const float * w, int n, const double * blocks, double u)
+
+
+cdef extern from "_candidates.h" nogil:
+    void specdec_top_k(const float * x, int n, int k, float floor_, vector[specdec_cand] & c)
+    double specdec_mass_collect(const float * x, int n, float mx, float floor_, float theta,
+                                vector[specdec_cand] & c)
+    void specdec_collect_band(const float * x, int n, float lo, float hi,
+                              vector[specdec_cand] & c)
+    double specdec_weigh(specdec_cand * c, int m, float mx)
+    int specdec_nucleus(specdec_cand * c, int m, double need)
 
 
 cdef extern from *:
@@ -128,47 +132,52 @@ cdef class Rng:
         return self.uniform()
 
 
-cdef bint _desc(const pair[float, int32_t] & a, const pair[float, int32_t] & b) noexcept nogil:
-    if a.first != b.first:
-        return a.first > b.first
-    return a.second < b.second
-
-
-# thresholds below the maximum logit (nats at temperature 1) at which one pass counts the
-# tokens and their mass: top-k / top-p take the smallest set that holds what they keep
-cdef float _LADDER[SPECDEC_LADDER]
-_LADDER[:] = [0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0, 24.0]
-# margins that make a candidate set a superset of what the exact rules keep, against the
-# rounding of the vectorised exp (1.5 ulp) and of the sums
-cdef double _MASS_MARGIN = 1e-4
+# the min-p bound is collected this far below max + log(min_p) (nats), against the rounding
+# of the vectorised exp; the exact test follows on the candidates' weights
 cdef double _MINP_MARGIN = 1e-3
+# the first guess of how far below the maximum logit top-p's cut lies (nats); each row
+# then starts from the last row's cut plus _GAP_SLACK
+cdef float _GAP_START = 8.0
+cdef float _GAP_SLACK = 2.0
 
 
 cdef class Distribution:
     """The target's sampling distribution for one row of logits.
 
     Built as llama.cpp's sampler chain is: a candidate set is cut (top-k, top-p, min-p)
-    before anything is sorted, so a 262k-token vocabulary costs a few vectorised passes
-    (``_logit_kernels.h``), not a sort. Two forms:
+    by a partial selection, never a sort of the vocabulary (``_candidates.h``), so a
+    262k-token row costs one or two vectorised passes, about greedy's argmax. Two forms:
 
-    - *sparse* (top-k, top-p or min-p set): ``ids`` sorted by probability (ties: lower
-      id first) and their normalised ``probs``;
+    - *sparse* (top-k, top-p or min-p set): ``ids`` and their normalised ``probs``, in
+      no particular order (a draw and p(x) do not depend on it);
     - *dense* (none set: temperature alone, the OpenAI default): ``probs`` holds every
       token's unnormalised weight by id, ``blocks`` their per-block sums and ``total``
       their sum; a draw scans block sums, then one block.
     """
+
+    def __cinit__(self):
+        self._gap = _GAP_START
 
     cdef int from_logits(self, const float * logits, int n_vocab, SamplingParams sp) except -1 nogil:
         """The distribution of ``logits`` under ``sp``, whose values the API checked
         (``config.Sampling``); asserted here, not checked again."""
         assert sp.top_k >= 0 and 0.0 < sp.top_p <= 1.0 and 0.0 <= sp.min_p <= 1.0 and n_vocab > 0
         cdef double t = sp.temperature if sp.temperature > 0 else 1.0
-        cdef float mx = specdec_max(logits, n_vocab)
+        cdef bint top_k = 0 < sp.top_k < n_vocab
+        cdef float mx
+        cdef int keep
+        if top_k:
+            # one pass: the k best hold the maximum
+            specdec_top_k(logits, n_vocab, sp.top_k, -INFINITY, self._cands)
+            mx = -INFINITY
+            for keep in range(<int>self._cands.size()):
+                mx = max(mx, self._cands[keep].x)
+        else:
+            mx = specdec_max(logits, n_vocab)
+        if mx == -INFINITY or mx == INFINITY or mx != mx:
+            return self._one(specdec_argmax(logits, n_vocab))
         # a token whose logit is this far below the best has relative probability < e^-40
         cdef float floor_ = mx - _CUTOFF * (t if t > 1.0 else 1.0)
-        cdef bint top_k = 0 < sp.top_k < n_vocab
-        if mx == -INFINITY or mx != mx:
-            return self._one(specdec_argmax(logits, n_vocab))
         if not top_k and sp.top_p >= 1.0 and sp.min_p <= 0.0:
             self.dense = True
             self.n_vocab = n_vocab
@@ -179,21 +188,96 @@ cdef class Distribution:
                                        self.probs.data(), self.blocks.data())
             return 0
         self.dense = False
-        if top_k:
-            self._cut(logits, n_vocab, mx, t, self._kth_threshold(logits, n_vocab, mx, floor_,
-                                                                  sp.top_k), 0.0, sp)
-            return 0
-        cdef float theta_p = floor_, theta_m = floor_
-        cdef double z = 0.0
-        if sp.top_p < 1.0:
-            z = self._nucleus_threshold(logits, n_vocab, mx, floor_, sp.top_p, &theta_p)
+        # min-p keeps p >= min_p * p_max: logits >= max + log(min_p)
+        cdef float theta_m = floor_
         if sp.min_p > 0.0:
-            # min-p keeps p >= min_p * p_max: logits >= max + log(min_p)
             theta_m = max(floor_, <float>(mx + log(sp.min_p) - _MINP_MARGIN))
-        if self._cut(logits, n_vocab, mx, t, max(theta_p, theta_m), z, sp) < 0 and theta_p > theta_m:
-            # top-p's mass was not reached inside the candidates (rounding at the margin):
-            # widen to what min-p keeps, or to every token
-            self._cut(logits, n_vocab, mx, t, theta_m, z, sp)
+        if top_k:
+            # top-p after top-k is a share of the k candidates' mass; without top-p the
+            # candidates need only reach min-p's bound
+            keep = self._drop_below(floor_ if sp.top_p < 1.0 else theta_m)
+            if sp.top_p < 1.0:
+                keep = specdec_nucleus(self._cands.data(), keep,
+                                       sp.top_p * specdec_weigh(self._cands.data(), keep, mx))
+                keep = keep if keep >= 0 else <int>self._cands.size()
+            else:
+                specdec_weigh(self._cands.data(), keep, mx)
+        elif sp.top_p < 1.0:
+            keep = self._nucleus(logits, n_vocab, mx, floor_, theta_m, sp.top_p)
+        else:
+            self._cands.clear()
+            specdec_collect_band(logits, n_vocab, theta_m, INFINITY, self._cands)
+            keep = self._cands.size()
+            specdec_weigh(self._cands.data(), keep, mx)
+        if keep == 0:
+            return self._one(specdec_argmax(logits, n_vocab))
+        self._normalise(keep, mx, t, sp.min_p)
+        return 0
+
+    cdef int _drop_below(self, float theta) noexcept nogil:
+        """Drops the candidates below ``theta``; returns how many are left."""
+        cdef size_t i, j = 0
+        for i in range(self._cands.size()):
+            if self._cands[i].x >= theta:
+                self._cands[j] = self._cands[i]
+                j += 1
+        self._cands.resize(j)
+        return j
+
+    cdef int _nucleus(self, const float * logits, int n, float mx, float floor_, float theta_m,
+                      double top_p) noexcept nogil:
+        """Top-p without top-k: into ``_cands``, with the kept ones first; returns how many
+        are kept (all the candidates when min-p's bound ends them before top-p's mass).
+
+        The pass that sums the row's mass (temperature 1, as llama.cpp's top-p) collects
+        the tokens above a guess of the cut (the last row's, a little lower); if they do
+        not hold top-p's mass, the collection widens below it, doubling the gap, down to
+        min-p's bound or the floor."""
+        cdef float theta = max(mx - self._gap, theta_m)
+        cdef float lower
+        self._cands.clear()
+        cdef double z = specdec_mass_collect(logits, n, mx, floor_, theta, self._cands)
+        cdef int m = self._cands.size()
+        cdef int keep
+        specdec_weigh(self._cands.data(), m, mx)
+        while True:
+            keep = specdec_nucleus(self._cands.data(), m, top_p * z)
+            if keep >= 0 or theta <= theta_m:
+                break
+            lower = max(mx - 2 * (mx - theta), theta_m)
+            specdec_collect_band(logits, n, lower, theta, self._cands)
+            theta = lower
+            m = self._cands.size()
+            specdec_weigh(self._cands.data(), m, mx)
+        if keep < 0:
+            return m
+        # the next row's guess: this cut's depth, with some slack
+        cdef int i
+        cdef float low = mx
+        for i in range(keep):
+            low = min(low, self._cands[i].x)
+        self._gap = min(<float>_CUTOFF, max(mx - low + _GAP_SLACK, <float>1.0))
+        return keep
+
+    cdef int _normalise(self, int keep, float mx, double t, double min_p) noexcept nogil:
+        """``ids`` / ``probs``: the first ``keep`` candidates that min-p keeps (weight at
+        least ``min_p`` times the best's, which is 1), at temperature ``t``."""
+        cdef int i, j = 0
+        cdef double z = 0.0, w
+        self.ids.resize(keep)
+        self.probs.resize(keep)
+        for i in range(keep):
+            if min_p > 0.0 and self._cands[i].w < min_p:
+                continue
+            self.ids[j] = self._cands[i].id
+            w = self._cands[i].w if t == 1.0 else exp((self._cands[i].x - mx) / t)
+            self.probs[j] = w
+            z += w
+            j += 1
+        self.ids.resize(j)
+        self.probs.resize(j)
+        for i in range(j):
+            self.probs[i] = self.probs[i] / z
         return 0
 
     cdef int _one(self, int32_t tok) noexcept nogil:
@@ -201,93 +285,6 @@ cdef class Distribution:
         self.ids.assign(1, tok)
         self.probs.assign(1, 1.0)
         return 0
-
-    cdef float _kth_threshold(self, const float * logits, int n, float mx, float floor_,
-                              int k) noexcept nogil:
-        """A threshold with at least ``k`` logits at or above it, close to the k-th largest."""
-        cdef float thr[SPECDEC_LADDER]
-        cdef int64_t count[SPECDEC_LADDER]
-        cdef int j
-        for j in range(SPECDEC_LADDER):
-            thr[j] = max(mx - _LADDER[j], floor_)
-        specdec_ladder(logits, n, mx, floor_, thr, count, NULL)
-        for j in range(SPECDEC_LADDER):
-            if count[j] >= k:
-                return thr[j]
-        return floor_
-
-    cdef double _nucleus_threshold(self, const float * logits, int n, float mx, float floor_,
-                                   double top_p, float * theta) noexcept nogil:
-        """Sets ``theta`` so the logits at or above it hold at least ``top_p`` of the mass
-        (at temperature 1, as llama.cpp's top-p); returns the total mass ``z``."""
-        cdef float thr[SPECDEC_LADDER]
-        cdef int64_t count[SPECDEC_LADDER]
-        cdef double mass[SPECDEC_LADDER]
-        cdef int j
-        for j in range(SPECDEC_LADDER):
-            thr[j] = max(mx - _LADDER[j], floor_)
-        cdef double z = specdec_ladder(logits, n, mx, floor_, thr, count, mass)
-        theta[0] = floor_
-        for j in range(SPECDEC_LADDER):
-            if mass[j] >= top_p * z * (1.0 + _MASS_MARGIN):
-                theta[0] = thr[j]
-                break
-        return z
-
-    cdef int _cut(self, const float * logits, int n_vocab, float mx, double t, float theta,
-                  double z_all, SamplingParams sp) except -2 nogil:
-        """The candidates at or above ``theta``, sorted, cut by top-k, top-p, min-p and
-        normalised at temperature ``t`` into ``ids`` / ``probs``. ``z_all`` is the mass of
-        the whole row for top-p without top-k (the candidates' own mass with it). Returns -1
-        when top-p's mass was not reached among the candidates (then, unless ``theta`` was
-        the floor or min-p's bound, the nucleus may reach past them)."""
-        cdef int i, n, keep
-        self._idx.resize(n_vocab)
-        n = specdec_collect(logits, n_vocab, theta, self._idx.data())
-        if n == 0:
-            self._one(specdec_argmax(logits, n_vocab))
-            return 0
-        self._cand.resize(n)
-        for i in range(n):
-            self._cand[i] = pair[float, int32_t](logits[self._idx[i]], self._idx[i])
-        cdef bint top_k = 0 < sp.top_k < n_vocab
-        if top_k and sp.top_k < n:
-            partial_sort(self._cand.begin(), self._cand.begin() + sp.top_k, self._cand.end(), _desc)
-            n = sp.top_k
-        else:
-            sort(self._cand.begin(), self._cand.end(), _desc)
-        # probabilities at temperature 1 for top-p / min-p, as llama.cpp does
-        cdef double z = 0.0, c = 0.0
-        self._work.resize(n)
-        for i in range(n):
-            self._work[i] = exp(self._cand[i].first - mx)
-            z += self._work[i]
-        if not top_k and sp.top_p < 1.0:
-            z = z_all
-        keep = n
-        cdef int reached = 0
-        if sp.top_p < 1.0:
-            for i in range(n):
-                c += self._work[i] / z
-                if c >= sp.top_p:
-                    keep = i + 1
-                    reached = 1
-                    break
-        if sp.min_p > 0.0:
-            for i in range(1, keep):
-                if self._work[i] / self._work[0] < sp.min_p:
-                    keep = i
-                    break
-        self.ids.resize(keep)
-        self.probs.resize(keep)
-        z = 0.0
-        for i in range(keep):
-            self.ids[i] = self._cand[i].second
-            self.probs[i] = exp((self._cand[i].first - mx) / t)
-            z += self.probs[i]
-        for i in range(keep):
-            self.probs[i] = self.probs[i] / z
-        return 0 if reached or sp.top_p >= 1.0 or top_k else -1
 
     cdef float prob_of(self, int32_t tok) noexcept nogil:
         cdef size_t i

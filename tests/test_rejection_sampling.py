@@ -2,9 +2,11 @@
 
 On the tiny synthetic model with top-k 4, the first three generated tokens have
 at most 64 outcomes. Their exact probabilities come from the target's own
-logits; thousands of fixed-seed speculative samples must fit them (chi-square),
-for a drafter with its own distribution q and for a one-hot drafter. The same
-test must fail when the acceptance rule is deliberately broken.
+logits through a numpy reference of the sampler chain (``sampler_chain``);
+thousands of fixed-seed speculative samples must fit them (chi-square), for a
+drafter with its own distribution q and for a one-hot drafter. The same test must
+fail when the acceptance rule is deliberately broken. top-k, top-p and min-p
+together are checked the same way.
 """
 import numpy as np
 import pytest
@@ -13,32 +15,39 @@ from scipy import stats
 from specdec import Batch, Context
 from specdec._checks import CheckedController, DrivenController
 from specdec._controller import new_policy
-from specdec._sampling import Distribution
+from sampler_chain import reference_distribution
 from specdec.drafters import Drafter
 
 PROMPT = [11, 52, 97, 140]
 TOP_K, TEMP = 4, 1.0
+TOPK4 = dict(temperature=TEMP, top_k=TOP_K)
+# the chain's cuts together, on a prompt where the tiny model's rows are flat enough
+# that each cuts (top-k 8 -> top-p: 512 -> 75 outcomes of three tokens -> min-p: 64);
+# and top-p with min-p over the whole row (107 -> 75)
+CHAIN_PROMPT = [67, 158, 196, 99]
+CHAINS = {"top_k+top_p+min_p": dict(temperature=0.9, top_k=8, top_p=0.9, min_p=0.1),
+          "top_p+min_p": dict(temperature=1.1, top_p=0.9, min_p=0.1)}
 N_SAMPLES = 4000
 N_SEQ = 16
 
 
-def _target_dist(model, ctx, prefix):
+def _target_dist(ctx, prefix, sampling):
     ctx.clear()
     b = Batch(64)
     for i, t in enumerate(prefix):
         b.add(t, i, 0, i == len(prefix) - 1)
     ctx.decode(b)
-    return Distribution().set_logits(np.array(ctx.logits()), temperature=TEMP, top_k=TOP_K).as_dict()
+    return reference_distribution(np.array(ctx.logits()), **sampling)
 
 
-def _exact_joint(model):
+def _exact_joint(model, sampling=TOPK4, prompt=PROMPT):
     ctx = Context(model, n_ctx=64, n_batch=64)
     joint = {}
-    p1 = _target_dist(model, ctx, PROMPT)
+    p1 = _target_dist(ctx, prompt, sampling)
     for a, pa in p1.items():
-        p2 = _target_dist(model, ctx, PROMPT + [a])
+        p2 = _target_dist(ctx, prompt + [a], sampling)
         for b, pb in p2.items():
-            p3 = _target_dist(model, ctx, PROMPT + [a, b])
+            p3 = _target_dist(ctx, prompt + [a, b], sampling)
             for c, pc in p3.items():
                 joint[(a, b, c)] = pa * pb * pc
     return joint
@@ -63,15 +72,17 @@ class Proposer(Drafter):
         return toks, [q] * len(toks)
 
 
-def _sample(model, drafter, broken=False, n_samples=N_SAMPLES):
+def _sample(model, drafter, broken=False, n_samples=N_SAMPLES, sampling=TOPK4, prompt=PROMPT):
     ctx = Context(model, n_ctx=64 * N_SEQ, n_batch=64, n_seq_max=N_SEQ)
-    drafter.bind(ctx, N_SEQ)
-    ctl = CheckedController(ctx, [drafter], n_max=2, temperature=TEMP, top_k=TOP_K,
-                            unsafe_accept_all=broken)
+    if drafter is not None:
+        drafter.bind(ctx, N_SEQ)
+    ctl = CheckedController(ctx, [drafter] if drafter is not None else [],
+                            n_max=2 if drafter is not None else 0, unsafe_accept_all=broken,
+                            **sampling)
     counts = {}
     totals = dict.fromkeys(("drafted", "accepted", "redecodes"), 0)   # over every request
     for r in range(n_samples // N_SEQ):
-        ctl.start([PROMPT] * N_SEQ, 3, seeds=[1000 * r + i for i in range(N_SEQ)])
+        ctl.start([prompt] * N_SEQ, 3, seeds=[1000 * r + i for i in range(N_SEQ)])
         ctl.run()
         for i in range(N_SEQ):
             key = tuple(ctl.tokens(i))
@@ -115,6 +126,28 @@ def test_speculative_distribution_matches_target(tiny_dense, joint, support, wit
     assert st["drafted"] > 0 and 0 < st["accepted"] < st["drafted"]
     p = _chi2_pvalue(counts, joint)
     assert p > 1e-3, f"chi-square p={p:.2e}: speculative output does not follow the target"
+
+
+@pytest.mark.parametrize("chain,with_probs", [
+    ("top_k+top_p+min_p", True), ("top_p+min_p", True),
+    pytest.param("top_k+top_p+min_p", False, marks=pytest.mark.slow),
+    pytest.param("top_k+top_p+min_p", None, marks=pytest.mark.slow),
+    pytest.param("top_p+min_p", False, marks=pytest.mark.slow),
+    pytest.param("top_p+min_p", None, marks=pytest.mark.slow)])
+def test_the_chain_matches_target(tiny_dense, chain, with_probs):
+    """top-k, top-p and min-p together, and top-p with min-p: with drafts from a drafter
+    with its own q, a one-hot drafter, and plainly (None), the first three tokens follow
+    the reference chain's exact law."""
+    sampling = CHAINS[chain]
+    joint = _exact_joint(tiny_dense, sampling, CHAIN_PROMPT)
+    assert abs(sum(joint.values()) - 1) < 1e-5 and len(joint) > 50
+    toks = sorted({t for k in joint for t in k})
+    drafter = Proposer(toks[:6] + [0, 1], with_probs, seed=5) if with_probs is not None else None
+    counts, st = _sample(tiny_dense, drafter, sampling=sampling, prompt=CHAIN_PROMPT)
+    if drafter is not None:
+        assert 0 < st["accepted"] < st["drafted"]
+    p = _chi2_pvalue(counts, joint)
+    assert p > 1e-3, f"chi-square p={p:.2e}: the output does not follow the target's chain"
 
 
 def test_broken_rule_is_detected(tiny_dense, joint, support):

@@ -2,24 +2,8 @@
 import numpy as np
 import pytest
 
+from sampler_chain import reference_distribution
 from specdec._sampling import Distribution, Rng
-
-
-def _reference(logits, temperature, top_k, top_p, min_p):
-    order = np.argsort(-logits, kind="stable")
-    cand = order[:top_k] if top_k else order
-    l = logits[cand].astype(np.float64)
-    p = np.exp(l - l.max())
-    p /= p.sum()
-    keep = len(cand)
-    if top_p < 1.0:
-        keep = int(np.searchsorted(np.cumsum(p), top_p) + 1)
-    if min_p > 0:
-        ok = p[:keep] >= min_p * p[0]
-        keep = int(np.argmin(ok)) if not ok.all() else keep
-    cand, l = cand[:keep], l[:keep]
-    q = np.exp((l - l.max()) / temperature)
-    return dict(zip(cand.tolist(), (q / q.sum()).tolist()))
 
 
 @pytest.mark.parametrize("temperature,top_k,top_p,min_p", [
@@ -30,10 +14,71 @@ def test_distribution_matches_reference(temperature, top_k, top_p, min_p):
     logits = (rng.standard_normal(500) * 3).astype(np.float32)
     d = Distribution().set_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p,
                                   min_p=min_p).as_dict()
-    ref = _reference(logits, temperature, top_k, top_p, min_p)
+    _assert_same(d, reference_distribution(logits, temperature, top_k, top_p, min_p))
+
+
+def _assert_same(d, ref):
     assert set(d) == set(ref)
     for k in ref:
         assert d[k] == pytest.approx(ref[k], rel=1e-4, abs=1e-7)
+
+
+def _vocab_row(seed, n=262144):
+    """A row shaped like a language model's: a long tail and a few tokens near the top
+    (Gumbel-distributed logits, scaled), as wide as Gemma's vocabulary."""
+    rng = np.random.default_rng(seed)
+    return (rng.gumbel(size=n) * (1.0 + seed % 4)).astype(np.float32)
+
+
+SETTINGS = [
+    dict(temperature=0.8, top_p=0.95), dict(temperature=1.0, top_p=0.5),
+    dict(temperature=1.0, top_p=0.999), dict(temperature=0.7, top_k=40),
+    dict(temperature=1.3, top_k=5000), dict(temperature=0.8, min_p=0.05),
+    dict(temperature=0.8, top_k=40, top_p=0.95, min_p=0.05),
+    dict(temperature=1.0, top_k=3000, top_p=0.9, min_p=0.001),
+    dict(temperature=2.0, top_p=0.9, min_p=0.01)]
+
+
+@pytest.mark.parametrize("settings", SETTINGS)
+def test_distribution_matches_reference_on_a_wide_row(settings):
+    """The candidate set is cut by partial selections, never a sort of the row: on rows
+    as wide as Gemma's (262k) with a model-like tail, every setting and combination keeps
+    the reference's tokens with its probabilities; one Distribution reused across rows of
+    different shapes (top-p guesses its cut from the last row's)."""
+    d = Distribution()
+    for seed in range(4):
+        row = _vocab_row(seed)
+        _assert_same(d.set_logits(row, **settings).as_dict(),
+                     reference_distribution(row, **settings))
+
+
+@pytest.mark.parametrize("settings", [dict(top_k=5), dict(top_k=700), dict(top_p=0.3),
+                                      dict(top_p=0.3, min_p=0.2), dict(top_k=9, top_p=0.5)])
+def test_ties_at_the_cut_keep_the_lower_ids(settings):
+    """Equal logits at a cut are ordered as a stable sort orders them: lower id first
+    (top-k's k-th place, and the token where top-p's mass is reached)."""
+    rng = np.random.default_rng(5)
+    row = np.full(3000, -5.0, np.float32)
+    row[rng.choice(3000, 40, replace=False)] = 2.0       # 40 tied at the top
+    row[rng.choice(3000, 200, replace=False)] = 1.0      # then 200 tied
+    row[17] = 3.0
+    d = Distribution().set_logits(row, temperature=0.9, **settings).as_dict()
+    _assert_same(d, reference_distribution(row, temperature=0.9, **settings))
+    ref_order = np.argsort(-row, kind="stable")
+    assert set(d) == set(ref_order[:len(d)].tolist())
+
+
+def test_non_finite_logits():
+    """-inf (a grammar's mask) never enters a candidate set, NaN never wins, and a row
+    with nothing finite gives its argmax (the first maximum)."""
+    row = np.full(4096, -np.inf, np.float32)
+    row[[5, 900, 4000]] = [1.0, 2.0, 0.5]
+    row[77] = np.nan
+    for settings in SETTINGS:
+        d = Distribution().set_logits(row, **settings).as_dict()
+        assert set(d) <= {5, 900, 4000} and 900 in d
+        _assert_same(d, reference_distribution(row, **settings))
+    assert Distribution().set_logits(np.full(64, -np.inf, np.float32), top_k=3).as_dict() == {0: 1.0}
 
 
 @pytest.mark.parametrize("bad", [{"top_k": -1}, {"top_p": 0.0}, {"top_p": 1.5}, {"min_p": -0.1},
@@ -91,16 +136,20 @@ def _chi2_ok(draws, expected):
 
 
 @pytest.mark.parametrize("settings", [{"temperature": 0.9}, {"temperature": 1.2, "top_p": 0.9},
-                                      {"temperature": 0.8, "top_k": 6}])
+                                      {"temperature": 0.8, "top_k": 6},
+                                      {"temperature": 0.7, "min_p": 0.01},
+                                      {"temperature": 1.1, "top_k": 7, "top_p": 0.95, "min_p": 0.02}])
 def test_draws_and_residuals_follow_the_distribution(settings):
-    """Draws fit p, and draws after a rejection fit norm(max(0, p - q)), on a wide row
-    (several of the dense form's blocks; temperature alone is dense, the rest sparse)."""
+    """Draws fit p (the numpy reference's), and draws after a rejection fit
+    norm(max(0, p - q)), on a wide row (several of the dense form's blocks; temperature
+    alone is dense, the rest sparse)."""
     rng = np.random.default_rng(3)
     logits = np.full(5000, -30.0, np.float32)
     hot = [7, 1500, 1501, 2048, 3333, 4999, 4000, 12]
     logits[hot] = rng.standard_normal(len(hot)).astype(np.float32) * 1.5
     d = Distribution().set_logits(logits, **settings)
-    p = d.as_dict()
+    p = reference_distribution(logits, **settings)
+    assert len(p) >= 2
     r = Rng(11)
     assert _chi2_ok([d.draw(r) for _ in range(20000)], p)
     q = {hot[0]: 0.5, hot[1]: 0.3, 99: 0.2}
