@@ -118,11 +118,13 @@ def test_batched_drafts_equal_drafts_one_at_a_time(bigram_tiny_path):
 def test_chained_mtp_heads_make_one_decode_per_head(bigram_tiny_path):
     """Chained heads (three copies of the bigram's head, each with its own context): a round
     of 8 sequences makes one decode of each head's context, where one sequence at a time made
-    one per sequence per head, and each sequence's draft equals its draft alone."""
+    one per sequence per head, and each sequence's draft equals its draft alone. The queued
+    catch-up (here the prompts) goes into every head's context first: one decode of each
+    for the whole round (a flush), one per drafting sequence when asked one at a time."""
     from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
     prompts = _walks(bigram_tiny_path)
     caps = [3, 1, 3, 0, 2, 3, 1, 3]
-    answers, decodes = [], []
+    answers, decodes, flushes = [], [], []
     for batched in (True, False):
         d = ChainedHeadsMtpDrafter(chain_heads=3)
         dec = Decoder(bigram_tiny_path, drafter=d, n_max=3, n_seq_max=N_SLOTS, n_ctx=2048)
@@ -130,17 +132,21 @@ def test_chained_mtp_heads_make_one_decode_per_head(bigram_tiny_path):
         for i, p in enumerate(prompts):
             ctl.join(i, p, max_tokens=1, n_max=0)
         lasts = [ctl.tokens(i)[-1] for i in range(N_SLOTS)]
-        n0 = d.counters()["decodes"]
+        c0 = d.counters()
         if batched:
             answers.append(run_propose_batch(d, list(range(N_SLOTS)), lasts, caps))
         else:
             answers.append([run_propose_batch(d, [i], [lasts[i]], [caps[i]])[0]
                             for i in range(N_SLOTS)])
-        decodes.append(d.counters()["decodes"] - n0)
+        c1 = d.counters()
+        flushes.append(c1["flushes"] - c0["flushes"])
+        # each flush decodes every head's context once; the rest are the draft steps
+        decodes.append(c1["decodes"] - c0["decodes"] - 3 * flushes[-1])
     assert d.n_heads == 3
     assert answers[0] == answers[1]
     assert [len(a) for a in answers[0]] == caps       # the bigram head is always confident
     assert decodes == [3, sum(caps)]
+    assert flushes == [1, sum(c > 0 for c in caps)]
 
 
 class _BatchGuess(Drafter):

@@ -24,10 +24,11 @@ from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
 from specdec.drafters._base import run_observe, run_propose
 from bigram_greedy import greedy_cycle
+from mtp_scratch import Checking, Scratch
 from joint_law import chi_square_p, speculative_counts, target_joint
 from specdec.drafters.mtp import MtpDrafter
 from specdec.drafters._test_hooks import ChainedHeadsMtpDrafter
-from specdec.testing import bigram_successor, write_bigram_mtp_model, write_tiny_qwen35
+from specdec.testing import write_bigram_mtp_model, write_tiny_qwen35
 from specdec.testing.bigram import _rmsnorm, _Tensors
 
 ARCHS = ["qwen35", "qwen35moe"]
@@ -210,37 +211,6 @@ class BigramHead:
         return res
 
 
-class Checking(Drafter):
-    """Put first in a chain: drafts through the MTP drafter's C hook and checks every draft
-    against ``reference(seq, history, last, n)``; on rounds where ``script(seq, round)``
-    says so it proposes ``oracle(...)`` instead, so the MTP drafter only observes."""
-
-    def __init__(self, mtp, reference, script=None, oracle=None):
-        super().__init__("checking")
-        self.mtp, self.reference, self.script, self.oracle = mtp, reference, script, oracle
-        self.rounds, self.checked, self.asked, self.mtp_rounds = {}, 0, 0, 0
-        self.oracle_accepts, self._mode = set(), {}
-
-    def propose(self, seq, last, n_max):
-        r = self.rounds[seq] = self.rounds.get(seq, 0) + 1
-        hist = self.mtp.history(seq)
-        self._mode[seq] = self.script is None or self.script(seq, r)
-        if not self._mode[seq]:
-            return self.oracle(seq, hist, last, n_max, r)
-        got = run_propose(self.mtp, seq, last, n_max)
-        want = self.reference(seq, hist, last, n_max)
-        assert len(got) == n_max
-        assert got[:len(want)] == want, f"seq {seq} round {r}: drafted {got}, reference {want}"
-        self.checked += len(want)
-        self.asked += n_max
-        self.mtp_rounds += 1
-        return got
-
-    def accept(self, seq, n_accepted):
-        if not self._mode[seq]:
-            self.oracle_accepts.add(n_accepted)
-
-
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("chain", [0, 3])
 def test_drafts_equal_numpy_head(bigram, arch, chain):
@@ -255,70 +225,6 @@ def test_drafts_equal_numpy_head(bigram, arch, chain):
     assert res.tokens == greedy_cycle(path, PROMPT, 200)
     assert chk.mtp_rounds > 40 and chk.checked == chk.asked >= 3 * (chk.mtp_rounds - 2)
     assert mtp.n_heads == max(1, chain)
-
-
-class Scratch:
-    """MTP drafts recomputed from nothing, and the target's greedy continuation."""
-
-    def __init__(self, target_model, mtp_model=None, n_ctx=512):
-        mm = mtp_model or target_model
-        self.tgt = Context(target_model, n_ctx=n_ctx, n_batch=n_ctx, mtp_hidden="dense")
-        self.mtp = Context(mm, n_ctx=n_ctx, n_batch=n_ctx, kind="mtp", mtp_hidden="dense")
-        self.E = mm.n_embd_out
-        self.margin = 1e-3
-
-    def _target(self, hist):
-        self.tgt.clear()
-        b = Batch(len(hist))
-        for p, t in enumerate(hist):
-            b.add(t, p, 0, p == len(hist) - 1)
-        self.tgt.decode(b)
-        return np.array(self.tgt.mtp_hidden_rows())
-
-    def draft(self, seq, hist, last, n):
-        """The drafts while the reference is sure of them (top-2 margin above 1e-3)."""
-        H = self._target(hist)
-        P = len(hist)
-        self.mtp.clear()
-        b = Batch(P + 1, n_embd=self.E)
-        for p, t in enumerate(hist):
-            b.add(t, p, 0, False, embd=np.zeros(self.E, np.float32) if p == 0 else H[p - 1])
-        b.add(last, P, 0, True, embd=H[P - 1])
-        self.mtp.decode(b)
-        i, res = P, []
-        while True:
-            lg = np.array(self.mtp.logits(i))
-            top = np.sort(lg)[-2:]
-            if top[1] - top[0] < self.margin:
-                return res
-            res.append(int(np.argmax(lg)))
-            if len(res) == n:
-                return res
-            h = np.array(self.mtp.mtp_hidden_row(i))
-            b = Batch(1, n_embd=self.E)
-            b.add(res[-1], P + len(res), 0, True, embd=h)
-            self.mtp.decode(b)
-            i = 0
-
-    def continuation(self, hist, last, n):
-        self._target(hist)
-        out, t = [], last
-        for i in range(n):
-            b = Batch(1)
-            b.add(t, len(hist) + i, 0, True)
-            self.tgt.decode(b)
-            t = int(np.argmax(self.tgt.logits(0)))
-            out.append(t)
-        return out
-
-    def oracle(self, seq, hist, last, n, r):
-        """The target's own continuation, wrong at position r mod (n+1): every
-        acceptance count 0..n comes round in turn."""
-        d = self.continuation(hist, last, n)
-        bad = r % (n + 1)
-        if bad < n:
-            d[bad] = (d[bad] + 1) % self.tgt.n_vocab
-        return d
 
 
 def _scripted_run(model, n_max, *, n_seq=1, script=None, chain=0, mtp_spec=None, tokens=40):
@@ -403,34 +309,6 @@ def test_chained_after_ngram(bigram):
     assert 0 < mtp_rounds < st.draft_rounds        # both drafters proposed
     assert set(d.counts) == {4}                      # every MTP draft fully accepted
     assert st.acceptance_rate > 0.95
-
-
-class FirstRounds(Drafter):
-    """The target's own next token for the first ``n`` rounds, then nothing."""
-
-    def __init__(self, succ, n):
-        super().__init__("first-rounds")
-        self.succ, self.n, self.rounds = succ, n, 0
-
-    def propose(self, seq, last_token, n_max):
-        self.rounds += 1
-        return [int(self.succ[last_token])] if self.rounds <= self.n else []
-
-
-def test_idle_head_skips_old_rows(bigram):
-    """While nobody asks the MTP head for drafts (here another drafter serves the first 150
-    rounds; in use the adaptive policy turning it off), only its newest queued rows are
-    kept: the rest are never decoded. Drafting resumes over the gap, exactly verified."""
-    path = bigram("qwen35", 0.0)
-    d = Counting()
-    dec = Decoder(path, drafter=[FirstRounds(bigram_successor(path), 150), d], n_max=3,
-                  n_ctx=1024, load_mtp=True)
-    res = dec.generate(PROMPT, max_tokens=400)
-    assert res.tokens == greedy_cycle(path, PROMPT, 400)
-    c = d.counters()
-    assert c["skipped_rows"] >= 100
-    assert c["catchup_rows"] - c["skipped_rows"] < 300          # what was decoded
-    assert sum(d.counts.values()) > 20 and set(d.counts) == {3}  # the head still drafts right
 
 
 def test_mtp_only_head_file(split_qwen35, tiny_qwen35_path):

@@ -1,14 +1,23 @@
 # cython: language_level=3
 # distutils: language = c++
-"""The catch-up queue shared by drafters whose own context is fed the target's rows (MTP,
+"""The catch-up queues shared by drafters whose own context is fed the target's rows (MTP,
 EAGLE-3): each committed position enters the drafter's KV as a (token, row) pair.
 
-The pairs are queued while the target decodes and decoded together with the first draft
-step, so catching up costs no decode of its own. Per sequence it keeps ``n_sync``, the
-positions whose pair is in the drafter's KV or queued, and ``kept_tok``: after a propose
-only the *seed* pair stays, the one built from the target's own row (at ``n_sync - 1``);
-the draft steps' pairs came from the drafter's own state and are trimmed. When the next
-committed token is the seed's token, the seed is reused rather than decoded again.
+The pairs wait in a queue per sequence while the target decodes, and a sequence's queue is
+decoded together with its first draft step, so catching up costs no decode of its own. A
+sequence not asked for drafts (the adaptive policy or the batch's floor holds it plain)
+costs what a plain one does: a copy of its rows per round, never a decode. When drafting
+resumes, its whole queue goes into the next draft step's batch (or one decode of its own
+when long), so the drafter's KV is exactly what it would have been kept current, and the
+drafts too; a sequence that ends without drafting again never has its rows decoded. A
+queue that reaches ``cap`` rows (a long stretch of plain rounds) is decoded then, in one
+batch, which bounds its memory.
+
+Per sequence it keeps ``n_sync``, the positions whose pair is in the drafter's KV or
+queued, and ``kept_tok``: after a propose only the *seed* pair stays, the one built from the
+target's own row (at ``n_sync - 1``); the draft steps' pairs came from the drafter's own
+state and are trimmed. When the next committed token is the seed's token, the seed is
+reused rather than decoded again.
 """
 from libc.stdint cimport int32_t
 from libc.string cimport memset
@@ -23,14 +32,19 @@ cdef class TargetFedDrafter(Drafter):
     """Base of the drafters fed the target's rows; not a drafter of its own."""
 
     cdef int _bind_fed(self, list ctxs, int n_seq, int cap, int n_embd) except -1:
-        """Take ``ctxs`` as the contexts fed, with a queue of ``cap`` rows of ``n_embd``."""
+        """Take ``ctxs`` as the contexts fed, with a decode batch of ``cap`` rows of ``n_embd``
+        and a queue per sequence of up to ``cap`` rows."""
         self.fed_ctxs = ctxs
         self.n_embd = n_embd
         self.batch = Batch(cap, n_embd=n_embd, n_seq_max=n_seq)
+        self.q_cap = cap
+        self.q_tok.assign(n_seq, vector[int32_t]())
+        self.q_pos.assign(n_seq, vector[int32_t]())
+        self.q_row.assign(n_seq, vector[float]())
         self.pend.assign(n_seq, vector[float](n_embd, 0.0))
         self.n_sync.assign(n_seq, 0)
         self.kept_tok.assign(n_seq, -1)
-        self.n_decodes = self.n_catchup = self.n_flushes = 0
+        self.n_decodes = self.n_catchup = self.n_caught_up = self.n_flushes = 0
         self.t_decode = 0.0
         return 0
 
@@ -54,8 +68,8 @@ cdef class TargetFedDrafter(Drafter):
             raise ValueError(f"sequence {seq} out of range for the {self.name} drafter's context")
         return 0
 
-    cdef int _flush(self) except -1:
-        """Decode the queued rows into every context fed."""
+    cdef int _flush_batch(self) except -1:
+        """Decode the rows in the batch into every context fed."""
         if self.batch.b.n_tokens == 0:
             return 0
         cdef Context c
@@ -68,16 +82,60 @@ cdef class TargetFedDrafter(Drafter):
         self.n_flushes += 1
         return 0
 
+    cdef int _load(self, int seq) except -1:
+        """Move the queue of ``seq`` into the batch (no outputs), decoding the batch whenever
+        it fills: its rows then go with the next decode of the batch."""
+        cdef int i, n = self.q_tok[seq].size()
+        for i in range(n):
+            if self.batch.b.n_tokens >= self.batch.capacity:
+                self._flush_batch()
+            self.batch.add_embd_c(self.q_tok[seq][i], self.q_pos[seq][i], seq, False,
+                                  self.q_row[seq].data() + <size_t>i * self.n_embd)
+        self.n_caught_up += n
+        self.q_tok[seq].clear()
+        self.q_pos[seq].clear()
+        self.q_row[seq].clear()
+        return 0
+
+    cdef int _flush(self) except -1:
+        """Decode every sequence's queue (and the batch) into every context fed."""
+        cdef int seq
+        for seq in range(<int>self.q_tok.size()):
+            self._load(seq)
+        return self._flush_batch()
+
+    cdef int _flush_seq(self, int seq) except -1:
+        """Decode the queue of ``seq`` (and the batch) into every context fed."""
+        self._load(seq)
+        return self._flush_batch()
+
+    cdef int n_queued(self, int seq) noexcept:
+        return self.q_tok[seq].size()
+
     cdef int _queue(self, int32_t tok, int pos, int seq, const float * row) except -1:
-        if self.batch.b.n_tokens >= self.batch.capacity:
-            self._flush()
-        self.batch.add_embd_c(tok, pos, seq, False, row)
+        """Queue the pair (``tok``, ``row``) of ``seq`` at ``pos`` (after its queued ones)."""
+        if <int>self.q_tok[seq].size() >= self.q_cap:
+            self._flush_seq(seq)
+        self.q_tok[seq].push_back(tok)
+        self.q_pos[seq].push_back(pos)
+        self.q_row[seq].insert(self.q_row[seq].end(), row, row + self.n_embd)
         self.n_catchup += 1
+        return 0
+
+    cdef int _unqueue_from(self, int seq, int keep) except -1:
+        """Drop the queued pairs of ``seq`` at positions >= ``keep``."""
+        cdef int n = self.q_pos[seq].size()
+        while n > 0 and self.q_pos[seq][n - 1] >= keep:
+            n -= 1
+        self.q_tok[seq].resize(n)
+        self.q_pos[seq].resize(n)
+        self.q_row[seq].resize(<size_t>n * self.n_embd)
         return 0
 
     cdef int _forget(self, int seq) except -1:
         """Drop everything of ``seq``: a new request or a reset."""
-        self.batch.drop_seq_c(seq, -1)
+        self._unqueue_from(seq, -1)
+        self.batch.drop_seq_c(seq, -1)      # (rows left by a draft step that failed)
         cdef Context c
         for c in self.fed_ctxs:
             c.seq_rm_c(seq, -1, -1)
@@ -87,10 +145,12 @@ cdef class TargetFedDrafter(Drafter):
         return 0
 
     cdef int _trim(self, int seq, int keep) except -1:
-        """Drop the pairs of ``seq`` at positions >= keep (queued ones included)."""
+        """Drop the pairs of ``seq`` at positions >= keep (queued ones included; the queued
+        ones before ``keep`` stay queued)."""
         if self.n_sync[seq] <= keep:
             return 0
-        self._flush()
+        self._unqueue_from(seq, keep)
+        self._flush_batch()                 # (empty between draft steps: rows left by a failure)
         cdef Context c
         for c in self.fed_ctxs:
             c.seq_rm_c(seq, keep, -1)

@@ -297,22 +297,19 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         # call's cap may be shorter); more means rounds went by without drafts (or a prompt
         # came in): that catch-up runs on its own, so the time of the draft steps stays a
         # measure of drafting for the adaptive policy
-        cdef int most = <int>self.n_sync.size() * (max(n_max, self.n_max) + 1)
+        cdef int most = max(n_max, self.n_max) + 1
         cdef double t0 = now()
-        if self.n_feat[seq] > max(n_max, self.n_max) + 1:
-            self._encode_held(seq)
-            self._flush()
-            self.t_sync = now() - t0
+        cdef bint behind = self.n_feat[seq] > most or self.n_queued(seq) > most
         self._encode_held(seq)
-        if self.batch.b.n_tokens > most:
-            t0 = now()
-            self._flush()
-            self.t_sync += now() - t0
+        if behind:
+            self._flush_seq(seq)
+            self.t_sync = now() - t0
         # the queued catch-up goes with the seed pair, every row an output: llama.cpp's eagle3
         # decoder computes every row's logits anyway and hands out the first n_outputs rows,
         # so only an all-output batch keeps rows and outputs aligned
+        self._load(seq)
         if self.batch.b.n_tokens >= self.batch.capacity:
-            self._flush()
+            self._flush_batch()
         cdef Context c = self.draft_ctx
         cdef Model tm = self._target.model
         cdef int i, j, idx, n_dec = 0, n_ctx_seq = c.n_ctx_seq
@@ -383,12 +380,14 @@ cdef class Eagle3Drafter(TargetFedDrafter):
         # more held or queued rows than the rounds leave: that catch-up runs on its own, so
         # the time of the draft steps stays a measure of drafting (see _propose)
         cdef double t0 = now()
-        cdef bint behind = self.batch.b.n_tokens > <int>self.n_sync.size() * (most + 1)
+        cdef bint behind = False
         for j in range(<int>seqs.size()):
-            behind = behind or self.n_feat[seqs[j]] > most + 1
+            behind = behind or self.n_feat[seqs[j]] > most + 1 or self.n_queued(seqs[j]) > most + 1
         self._encode_seqs(seqs)
+        for j in range(<int>seqs.size()):
+            self._load(seqs[j])             # the other sequences' queues wait
         if behind or self.batch.b.n_tokens + <int>seqs.size() > self.batch.capacity:
-            self._flush()
+            self._flush_batch()
             self.t_sync = now() - t0
         for j in range(n):
             if live[j]:
@@ -445,5 +444,6 @@ cdef class Eagle3Drafter(TargetFedDrafter):
     def counters(self) -> dict:
         """Draft decodes and encodes run, and catch-up pairs queued (since bind)."""
         return {"decodes": self.n_decodes, "encodes": self.n_encodes,
-                "catchup_rows": self.n_catchup, "flushes": self.n_flushes,
+                "catchup_rows": self.n_catchup, "catchup_decoded": self.n_caught_up,
+                "flushes": self.n_flushes,
                 "t_decode_s": self.t_decode, "t_encode_s": self.t_encode}

@@ -18,13 +18,9 @@ cdef class MtpDrafter(TargetFedDrafter):
     cdef vector[float] chain_h           # chained heads: the rows of the prefix being drafted
     cdef vector[int32_t] chain_tok
     cdef Asks one                        # chained heads: a single ``propose`` as one ask
-    cdef int64_t n_skipped
-    cdef vector[int32_t] idle            # per seq: rounds observed since its last propose
 
     cdef int _head_count(self, Model mm) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
-    cdef int _skip_old(self, int seq) noexcept nogil
-    cdef int _forget(self, int seq) except -1
     cdef int _observe(self, int seq, const int32_t * toks, int n, int row0) except -1
     cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil
     cdef int _propose(self, int seq, int32_t last, int n_max, Draft out) except -1

@@ -12,15 +12,16 @@ Per round, for one sequence, this costs ``n`` MTP decodes for ``n`` drafts and
 nothing else:
 
 * ``observe`` (right after each target decode) copies the committed tokens and
-  the target rows they need straight into the MTP batch (one copy per row, no
+  the target rows they need into the sequence's queue (one copy per row, no
   decode): the catch-up is queued, not run;
 * ``propose`` appends ``(last, h_last)`` to that queue and decodes it all at
   once: the first draft step *is* the catch-up decode. Later steps feed the
   head its own output row (the single head is applied recurrently, as
   llama.cpp's draft-mtp does) and take the argmax of the logits directly;
-* while no drafts are asked for (the adaptive policy turned the head off), queued
-  rows older than the newest 32 are dropped, never decoded: the head's KV gets a
-  gap, which costs a probe some acceptance and spares every plain round a decode;
+* while no drafts are asked for (the adaptive policy or the batch's floor holds the
+  sequence plain), its rows wait in its queue, never decoded: a plain round costs a
+  copy per row. When drafting resumes, the whole queue is decoded in one batch (see
+  ``_target_fed``), so the resumed drafts are the ones a head kept current would make;
 * afterwards only the draft rows past ``last`` are trimmed: the row of ``last``
   was built from the target's own ``h`` and stays, so the next catch-up starts
   at the first accepted draft. Rejected drafts never enter the MTP context, so
@@ -58,13 +59,6 @@ import os
 from .._archs import MTP_ARCHS, MTP_PRUNED_ARCHS, MTP_MULTI_HEAD_ARCHS as CHAIN_ARCHS
 from .mtp_head import HEAD_TYPES, derive_mtp_head_gguf
 
-
-# A head nobody asks for drafts (the adaptive policy found it does not pay) would still
-# decode every token into its KV, ~3% of the target's time on the mid bigram model, only
-# for the rare probe. Once IDLE_ROUNDS rounds went by without a propose, only the newest
-# KEEP_ROWS queued rows are kept: the probe drafts over a head KV with a gap.
-DEF IDLE_ROUNDS = 64
-DEF KEEP_ROWS = 32
 
 
 cdef class MtpDrafter(TargetFedDrafter):
@@ -177,30 +171,9 @@ cdef class MtpDrafter(TargetFedDrafter):
         self._bind_fed(ctxs, n_seq, cap, mm.n_embd_out)
         self.mtp_ctx = ctxs[0]
         self.n_vocab_draft = min(mm.n_vocab, tm.n_vocab)
-        self.idle.assign(n_seq, 0)
         self.chain_h.resize(<size_t>(self.n_heads + 1) * self.n_embd)
         self.chain_tok.resize(self.n_heads + 1)
         self.one = Asks()
-        self.n_skipped = 0
-        return 0
-
-    # --- the queue of catch-up rows (TargetFedDrafter) --------------------------------
-
-    cdef int _skip_old(self, int seq) noexcept nogil:
-        """While nobody asks for drafts, keep only the newest ``KEEP_ROWS`` queued rows of
-        ``seq``: the older ones are never decoded, leaving a gap in the head's KV."""
-        cdef int i, m = 0
-        for i in range(self.batch.b.n_tokens):
-            if self.batch.b.seq_id[i][0] == seq:
-                m += 1
-        if m > 2 * KEEP_ROWS:
-            self.n_skipped += m - KEEP_ROWS
-            self.batch.drop_seq_c(seq, m - KEEP_ROWS)
-        return 0
-
-    cdef int _forget(self, int seq) except -1:
-        TargetFedDrafter._forget(self, seq)
-        self.idle[seq] = 0
         return 0
 
     # --- hooks ------------------------------------------------------------------------
@@ -235,12 +208,6 @@ cdef class MtpDrafter(TargetFedDrafter):
         memcpy(self.pend[seq].data(), h, self.n_embd * sizeof(float))
         self.n_sync[seq] = p0 + n
         self.kept_tok[seq] = -1
-        if self.n_heads > 1:
-            self._flush()   # chained heads replay the rows per head: do it while rows are valid
-        else:
-            self.idle[seq] += 1             # rounds, so a long prompt is not cut
-            if self.idle[seq] > IDLE_ROUNDS:
-                self._skip_old(seq)
         return 0
 
     cdef bint _confident(self, const float * lg, int32_t y) noexcept nogil:
@@ -260,16 +227,17 @@ cdef class MtpDrafter(TargetFedDrafter):
         if n_max <= 0:
             return 0
         self._sync_at(seq, p0)
-        self.idle[seq] = 0
         cdef double t0
-        # a round leaves at most n_max + 1 rows per sequence queued (the configured n_max:
-        # the cap of this call may be shorter); more means rounds went by without drafts
-        # (or a prompt came in): catch up on its own, so the draft steps' time stays a
-        # measure of drafting for the adaptive policy
-        if self.batch.b.n_tokens > <int>self.n_sync.size() * (max(n_max, self.n_max) + 1):
+        # a round leaves at most n_max + 1 rows queued (the configured n_max: the cap of
+        # this call may be shorter); more means rounds went by without drafts (or a prompt
+        # came in): catch up on its own, so the draft steps' time stays a measure of
+        # drafting for the adaptive policy
+        if self.n_queued(seq) > max(n_max, self.n_max) + 1:
             t0 = now()
-            self._flush()
+            self._flush_seq(seq)
             self.t_sync = now() - t0
+        else:
+            self._load(seq)
         cdef Context c = self.mtp_ctx
         cdef Model tm = self._target.model
         cdef int i, idx, n_dec = 0
@@ -281,7 +249,7 @@ cdef class MtpDrafter(TargetFedDrafter):
             if p0 + i >= n_ctx_seq:
                 break
             if self.batch.b.n_tokens >= self.batch.capacity:
-                self._flush()
+                self._flush_batch()
             idx = self.batch.b.n_tokens
             self.batch.add_embd_c(tok, p0 + i, seq, True, h)
             t0 = now()
@@ -318,7 +286,6 @@ cdef class MtpDrafter(TargetFedDrafter):
             if asks.n_max[j] <= 0:
                 continue
             self._sync_at(seq, p0[j])
-            self.idle[seq] = 0
             live[j] = 1
             most = max(most, asks.n_max[j])
         return most
@@ -346,12 +313,17 @@ cdef class MtpDrafter(TargetFedDrafter):
             tok[j] = asks.last[j]
             if live[j]:
                 h[j] = self.pend[asks.seq[j]].data()
-        cdef double t0
-        # more queued rows than the rounds leave (see _propose): that catch-up runs on its
-        # own, so the draft steps' time stays a measure of drafting
-        if self.batch.b.n_tokens > <int>self.n_sync.size() * (most + 1):
-            t0 = now()
-            self._flush()
+        # the drafting sequences' queues (the others' wait); more queued rows than the rounds
+        # leave (see _propose): that catch-up runs on its own, so the draft steps' time stays
+        # a measure of drafting
+        cdef double t0 = now()
+        cdef bint behind = False
+        for j in range(n):
+            if live[j]:
+                behind = behind or self.n_queued(asks.seq[j]) > most + 1
+                self._load(asks.seq[j])
+        if behind:
+            self._flush_batch()
             self.t_sync = now() - t0
         cdef Context c = self.mtp_ctx
         cdef Model tm = self._target.model
@@ -368,7 +340,7 @@ cdef class MtpDrafter(TargetFedDrafter):
             if n_act == 0:
                 break
             if self.batch.b.n_tokens + n_act > self.batch.capacity:
-                self._flush()
+                self._flush_batch()
             for j in range(n):
                 if live[j]:
                     idx[j] = self.batch.b.n_tokens
@@ -416,7 +388,10 @@ cdef class MtpDrafter(TargetFedDrafter):
         cdef Draft out
         out_row.resize(n)
         steps = min(self._start_asks(asks, p0, live), self.n_heads)
-        self._flush()
+        for j in range(n):
+            if live[j]:
+                self._load(asks.seq[j])     # the others' queues wait
+        self._flush_batch()
         if <int>self.chain_tok.size() < n * W:
             self.chain_tok.resize(n * W)
             self.chain_h.resize(<size_t>n * W * E)
@@ -472,8 +447,8 @@ cdef class MtpDrafter(TargetFedDrafter):
     # --- introspection ----------------------------------------------------------------
 
     def counters(self) -> dict:
-        """MTP decodes run, catch-up rows queued and flushes forced (since bind)."""
+        """MTP decodes run, catch-up rows queued and decoded, flushes forced (since bind)."""
         return {"decodes": self.n_decodes, "catchup_rows": self.n_catchup,
-                "skipped_rows": self.n_skipped,
+                "catchup_decoded": self.n_caught_up,
                 "flushes": self.n_flushes, "heads": self.n_heads, "t_decode_s": self.t_decode}
 
