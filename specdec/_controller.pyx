@@ -38,6 +38,7 @@ from ._verify cimport Verifier
 from ._grammar cimport GrammarState
 from ._seq cimport _Seq, _SeqRequest, _SeqCounters, new_request, NO_DRAFT, DRAFTED, FILLER, FORCED
 from ._rollback cimport rollback_for
+from ._ubatch_split cimport even_rows
 from ._prefix_reuse cimport PrefixReuse, HeldState
 from ._propose cimport propose
 from .drafters._base cimport Drafter, Asks
@@ -357,6 +358,8 @@ cdef class Controller:
             return 0
         if self.exact:
             self._pad(in_batch)
+        else:
+            even_rows(self.rollback, self.batch_cost, in_batch, self.max_rows)
         self.totals.rounds += 1
         cdef list group
         for group in self.rollback.groups(in_batch, False):

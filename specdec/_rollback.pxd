@@ -13,6 +13,7 @@ cdef class Rollback:
     cdef bint exact
     cdef int cap_drafts(self, int k) noexcept
     cdef bint drops_rows(self) noexcept
+    cdef bint pads_rows(self) noexcept
     cdef int pad(self, list seqs, int rows, int max_rows) except -1
     cdef list groups(self, list seqs, bint redo)
     cdef int before_decode(self, list group) except -1

@@ -40,6 +40,10 @@ cdef class Rollback:
         prompt chunk in exact mode is padded with one)."""
         return True
 
+    cdef bint pads_rows(self) noexcept:
+        """True where a verify may hold padding rows after a sequence's drafts (``n_pad``)."""
+        return True
+
     cdef int pad(self, list seqs, int rows, int max_rows) except -1:
         """Exact mode: every sequence of the verify batch gets ``rows`` rows, throw-away rows
         after its drafts (``n_pad``): a context with a KV stream per sequence, and recurrent
@@ -122,6 +126,9 @@ cdef class CheckpointRollback(Rollback):
         self.flags = LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY   # the recurrent part: hybrids trim their KV
 
     cdef bint drops_rows(self) noexcept:
+        return False
+
+    cdef bint pads_rows(self) noexcept:
         return False
 
     cdef int pad(self, list seqs, int rows, int max_rows) except -1:
