@@ -210,13 +210,15 @@ def _rpc_case(delay_ms: float, prompts: Tuple[Prompt, ...], n_gen: int) -> Case:
     return Case(f"rpc-{delay_ms:g}ms", "gemma", prompts, methods, n_gen, rpc_delay_ms=delay_ms)
 
 
-def structured_cases(n_gen: int = 128, full: bool = False) -> Tuple[Case, ...]:
+def structured_cases(n_gen: int = 192, full: bool = False) -> Tuple[Case, ...]:
     """JSON-schema extraction and classification (``structured_prompts``) on gemma3-270m,
     served at concurrency 1 and 4 (``structured``): specdec's forced-token drafting with
     n-gram and suffix drafting against its own constrained plain decoding, its unconstrained
     plain decoding (what the mask costs), and llama-server's constrained decoding plain and
-    with its n-gram modes (best settings as above). ``n_gen`` caps each answer (a constrained
-    one ends with its JSON). ``full``: each drafter fixed and adaptive."""
+    with its n-gram modes (best settings as above), every side writing the same compact
+    JSON (``structured``). ``n_gen`` caps each answer, well above the constrained answers'
+    length (up to ~120 tokens), so that each ends with its JSON. ``full``: each drafter
+    fixed and adaptive."""
     from .structured_prompts import SETS, describe
 
     j = JSON_SCHEMA

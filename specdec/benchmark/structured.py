@@ -4,19 +4,26 @@ A structured case (``matrix.structured_cases``) runs its methods as servers, the
 call them: ``specdec serve`` (plain, and each drafter under the schema: the grammar's forced
 tokens lead every draft) and llama.cpp's ``llama-server`` (plain and each n-gram mode), with
 ``--slots`` / ``-np`` equal to the case's concurrency, the same threads and the same model.
-Every request is a greedy ``/v1/completions`` with the same prompt and the same JSON schema
-in llama-server's ``json_schema`` field, which both servers take. A *pass* sends one set of
-requests (``structured_prompts.SETS``), ``concurrency`` at a time; its tok/s is its
-completion tokens over its wall time. Rows are (method, set): the median pass of ``reps``
-rounds, the methods taking turns in rotating order so that they share the machine's ups and
-downs; idle servers use no CPU. Both servers keep their prompt caches, as served.
+Every request is a greedy ``/v1/completions`` with the same prompt under the same JSON
+schema: specdec gets it in its ``json_schema`` field, llama-server as the GBNF of the same
+language in its ``grammar`` field (``schema_gbnf``: llama-server's own schema converter lets
+the model pad JSON with any whitespace, and gemma pretty-prints there, so the two would not
+write the same answers). A *pass* sends one set of requests (``structured_prompts.SETS``),
+``concurrency`` at a time; its tok/s is its completion tokens over its wall time. Rows are
+(method, set): the median pass of ``reps`` rounds, the methods taking turns in rotating
+order so that they share the machine's ups and downs; idle servers use no CPU. Both
+servers keep their prompt caches, as served. A row's note gives its answers' mean length
+and how many reached the token cap (``n_gen``, set well above the answers' length, so
+that every side ends with its JSON).
 
 Unconstrained plain decoding answers the same requests without the schema, each capped at
 the length of its constrained answer (measured first, untimed): the same prompts and the
 same number of tokens, so that ``constrained / unconstrained`` is the mask's cost alone.
 Every constrained answer is checked against its schema (a specdec answer that fails is a
-failed check; a peer's gets a note), and, in-process and untimed, every specdec drafter's
-constrained output in exact mode must equal constrained plain decoding's token for token.
+failed check; a peer's gets a note). In-process and untimed: every specdec drafter's
+constrained output in exact mode must equal constrained plain decoding's token for token,
+and so must specdec's constrained plain decoding under the GBNF llama-server gets (the two
+languages agree on these answers).
 """
 from __future__ import annotations
 
@@ -32,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
 
 from .matrix import LLAMA_SERVER, SPECDEC, Case, Method
+from .schema_gbnf import schema_gbnf
 from .rows import Row
 from .serve_load import run_concurrently
 from .structured_prompts import SETS, Request
@@ -50,6 +58,7 @@ class Pass:
     accepted: int = 0
     lengths: List[int] = field(default_factory=list)   # completion tokens per request
     invalid: int = 0                                   # answers that do not match the schema
+    capped: int = 0                                    # answers cut at their max_tokens
     errors: List[str] = field(default_factory=list)
 
     @property
@@ -100,9 +109,10 @@ def _complete(port: int, body: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def run_pass(port: int, requests: Sequence[Request], *, concurrency: int,
-             max_tokens: Sequence[int], constrained: bool) -> Pass:
+             max_tokens: Sequence[int], constrained: bool, gbnf: bool = False) -> Pass:
     """``requests`` greedy, ``concurrency`` at a time, request ``i`` capped at
-    ``max_tokens[i]`` tokens, each under its schema if ``constrained``."""
+    ``max_tokens[i]`` tokens, each under its schema if ``constrained`` (``gbnf``: as its
+    GBNF in the ``grammar`` field, for llama-server)."""
     lengths = [0] * len(requests)
     lock = threading.Lock()
     res = Pass()
@@ -111,7 +121,9 @@ def run_pass(port: int, requests: Sequence[Request], *, concurrency: int,
         req = requests[i]
         body: Dict[str, Any] = {"prompt": req.text, "max_tokens": max_tokens[i],
                                 "temperature": 0}
-        if constrained:
+        if constrained and gbnf:
+            body["grammar"] = schema_gbnf(req.schema)
+        elif constrained:
             body["json_schema"] = req.schema
         try:
             out = _complete(port, body)
@@ -130,6 +142,8 @@ def run_pass(port: int, requests: Sequence[Request], *, concurrency: int,
                 ok = False
         with lock:
             lengths[i] = int(usage.get("completion_tokens", 0))
+            res.capped += (out["choices"][0].get("finish_reason") == "length"
+                           if out.get("choices") else 0)
             res.tokens += lengths[i]
             res.drafted += int(spec.get("drafted", timings.get("draft_n", 0)) or 0)
             res.accepted += int(spec.get("accepted", timings.get("draft_n_accepted", 0)) or 0)
@@ -166,9 +180,10 @@ def structured_ratios(c: Any, put: Callable[..., None]) -> None:
 
 
 def steps(case: Case, reps: int) -> int:
-    """The runner's progress steps of a structured case: its passes and exact checks."""
+    """The runner's progress steps of a structured case: its passes and exact checks (the
+    reference, the peer's grammar, each drafter)."""
     drafters = sum(1 for m in case.methods if m.side == SPECDEC and m.family != "plain")
-    return len(case.prompts) * len(case.methods) * reps + 1 + drafters
+    return len(case.prompts) * len(case.methods) * reps + 2 + drafters
 
 
 def _server_key(m: Method) -> Method:
@@ -231,9 +246,10 @@ def run_case(runner: "Runner", case: Case) -> List[Row]:
         for p in case.prompts:
             reqs = SETS[p.name]
             full = [case.n_gen] * len(reqs)
-            for srv in servers.values():                  # warm-up: first batch shapes
+            for key, srv in servers.items():              # warm-up: first batch shapes
                 run_pass(srv.port, reqs[:case.concurrency], concurrency=case.concurrency,
-                         max_tokens=[8] * len(reqs), constrained=True)
+                         max_tokens=[8] * len(reqs), constrained=True,
+                         gbnf=key.side == LLAMA_SERVER)
             # the unconstrained rows' caps: the constrained answers' lengths
             srv = servers.get(_server_key(cplain))
             first = (run_pass(srv.port, reqs, concurrency=1, max_tokens=full, constrained=True)
@@ -248,7 +264,8 @@ def run_case(runner: "Runner", case: Case) -> List[Row]:
                                    concurrency=case.concurrency,
                                    max_tokens=(caps[p.name] if not m.constraint
                                                else [case.n_gen] * len(reqs)),
-                                   constrained=bool(m.constraint))
+                                   constrained=bool(m.constraint),
+                                   gbnf=m.side == LLAMA_SERVER)
                     passes[m][p.name].append(got)
                     runner._tick(f"{case.name} {p.name} {m.label}: {got.tok_s:.1f} tok/s")
     finally:
@@ -275,7 +292,11 @@ def _row(case: Case, prompt: str, m: Method, got: List[Pass], error: Optional[st
     r.drafted, r.accepted = got[-1].drafted, got[-1].accepted
     invalid = sum(g.invalid for g in got)
     n = sum(len(g.lengths) for g in got)
-    notes = [f"concurrency {case.concurrency}, {len(got[-1].lengths)} requests per pass"]
+    capped = sum(g.capped for g in got)
+    notes = [f"concurrency {case.concurrency}, {len(got[-1].lengths)} requests per pass, "
+             f"{statistics.mean(got[-1].lengths):.1f} tokens per answer"]
+    if capped:
+        notes.append(f"{capped} of {n} answers reached the {case.n_gen}-token cap")
     if invalid:
         notes.append(f"{invalid} of {n} answers do not match their schema")
         if m.side == SPECDEC:
@@ -286,7 +307,9 @@ def _row(case: Case, prompt: str, m: Method, got: List[Pass], error: Optional[st
 
 def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> None:
     """Exact mode, in-process: each specdec drafter's constrained output must equal
-    constrained plain decoding's, request by request."""
+    constrained plain decoding's, request by request; and constrained plain decoding under
+    llama-server's GBNF (``schema_gbnf``) must give the schema's answers, whole: the peer's
+    constrained rows get that verdict."""
     from .. import api
     from .._core import Model
 
@@ -295,14 +318,30 @@ def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> No
     model = Model(path, use_extra_bufts=False)
     n_ctx = max(512, max(len(model.tokenize(r.text)) for r in reqs) + n + 64)
 
-    def outputs(m: Method) -> List[List[int]]:
+    n_ctx = max(n_ctx, max(len(model.tokenize(r.text)) for r in reqs) + case.n_gen + 64)
+
+    def outputs(m: Method, n: int = n, gbnf: bool = False) -> List[List[int]]:
         dec = api.Decoder(model, drafter=m.drafter or None, n_max=m.n_max or 4,
                           adaptive=m.adaptive, exact=True, n_ctx=n_ctx, n_threads=runner.threads)
-        return [dec.generate(r.text, max_tokens=n, json_schema=r.schema).tokens for r in reqs]
+        return [dec.generate(r.text, max_tokens=n,
+                             **({"grammar": schema_gbnf(r.schema)} if gbnf
+                                else {"json_schema": r.schema})).tokens for r in reqs]
 
     ref = outputs(Method(SPECDEC, "plain"))
     runner._tick(f"exact check {case.name}: constrained plain reference")
+    try:
+        plain = Method(SPECDEC, "plain")
+        same = outputs(plain, case.n_gen) == outputs(plain, case.n_gen, gbnf=True)
+        language = "PASS" if same else "FAIL"
+    except Exception as e:  # noqa: BLE001
+        language = f"error: {type(e).__name__}: {e}"
+    runner._tick(f"exact check {case.name}: llama-server's GBNF gives the schema's answers: "
+                 f"{language}")
     for m in case.methods:
+        if m.side == LLAMA_SERVER and m.constraint:
+            for r in rows:
+                if r.method == m.label and r.status == "ok" and not r.check:
+                    r.check = language
         if m.side != SPECDEC or not m.constraint:
             continue
         if m.family == "plain":
