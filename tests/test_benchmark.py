@@ -423,3 +423,52 @@ def test_a_drafter_above_the_oracle_is_a_failure_not_a_ratio():
     assert "c: specdec ngram best fixed / oracle best" not in res["ratios"]
     assert res["ratios"]["c: specdec suffix best fixed / oracle best"]["value"] == pytest.approx(0.75)
     assert report.ceiling_failures(rows) == res["failures"]
+
+
+def test_each_prompt_category_gets_its_best_against_llama_cpps_best():
+    """Issue 30: every category (code, repeat, records, open, or a --prompt-file's) at or above
+    llama.cpp's best configuration of its speculative tool: one ratio per category, the best of
+    each side taken over that category's prompts alone."""
+    from specdec.benchmark.runner import Row
+
+    def row(prompt, cat, method, family, tok_s, side="specdec"):
+        return Row("g", prompt, cat, method, side, family, family, 3, tok_s=tok_s)
+
+    rows = []
+    for prompt, cat, ours_ng, ours_sfx, theirs_ng, theirs_map in (
+            ("c1", "code", 40.0, 30.0, 20.0, 25.0), ("c2", "code", 10.0, 40.0, 20.0, 20.0),
+            ("r1", "repeat", 90.0, 60.0, 100.0, 30.0), ("o1", "open", 12.0, 11.0, 10.0, 9.0)):
+        rows += [row(prompt, cat, "specdec plain", "plain", 10.0),
+                 row(prompt, cat, "specdec ngram n3", "ngram", ours_ng),
+                 row(prompt, cat, "specdec suffix n4", "suffix", ours_sfx),
+                 row(prompt, cat, "llama.cpp ngram-simple n3", "ngram", theirs_ng, "llama.cpp"),
+                 row(prompt, cat, "llama.cpp ngram-map-k n3", "ngram-map", theirs_map,
+                     "llama.cpp")]
+    res = report.finalize({"rows": [r.to_dict() for r in rows]})
+    got = {k: v["value"] for k, v in res["ratios"].items() if "prompts: best specdec" in k}
+    code = (30.0 * 40.0) ** 0.5 / (25.0 * 20.0) ** 0.5     # suffix beats ngram over c1, c2
+    assert got == pytest.approx({
+        "g: code prompts: best specdec / best llama.cpp configuration": code,
+        "g: repeat prompts: best specdec / best llama.cpp configuration": 0.9,
+        "g: open prompts: best specdec / best llama.cpp configuration": 1.2}, rel=1e-3)
+    assert all(res["ratios"][k]["target"] == 1.0 for k in got)
+
+
+def test_prompt_files_replace_the_bench_prompts(tmp_path):
+    """``--prompt-file [CATEGORY=]PATH``: the gemma case on the files' text, named after the
+    files, the matrix's other cases left out; a missing or empty file is bad usage."""
+    from specdec.benchmark import cli
+
+    a, b = tmp_path / "header.h", tmp_path / "rows.csv"
+    a.write_text("#define A 1\n")
+    b.write_text("x,y\n1,2\n")
+    prompts = cli._prompts_from([str(a), f"records={b}"])
+    assert [(p.name, p.category, p.text) for p in prompts] == [
+        ("header", "custom", "#define A 1\n"), ("rows", "records", "x,y\n1,2\n")]
+    m = matrix.with_prompts(matrix.quick(), prompts)
+    assert [c.name for c in m.cases] == ["gemma3-270m"] and m.cases[0].prompts == prompts
+    with pytest.raises(matrix.UnknownCase, match="no gemma3-270m case"):
+        matrix.with_prompts(matrix.tiny(), prompts)
+    (tmp_path / "empty.txt").write_text("  \n")
+    for bad in (tmp_path / "missing.txt", tmp_path / "empty.txt"):
+        assert cli.main(["--prompt-file", str(bad), "--no-plots", "-q"]) == 3

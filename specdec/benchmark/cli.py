@@ -94,6 +94,11 @@ def parser() -> argparse.ArgumentParser:
                    "Engine's MTP drafting at 4 and 8 slots against its plain decoding and "
                    "llama-server's draft-mtp; 'structured': JSON-schema decoding served at "
                    "concurrency 1 and 4 against llama-server (in --full, not in --quick)")
+    p.add_argument("--prompt-file", action="append", metavar="[CATEGORY=]PATH",
+                   help="measure the gemma3-270m case on this file's text instead of the bench's "
+                   "prompts (repeatable; your own workload, or prompts the suite never saw), in "
+                   "CATEGORY (default 'custom'), which gets its own best specdec / best llama.cpp "
+                   "ratio; the matrix's other cases are left out")
     p.add_argument("--reps", type=int, help="alternating rounds per measurement (default: the "
                    "matrix's; a baseline needs at least 2)")
     p.add_argument("--n-gen", type=int, help="tokens per generation in every case (default: the matrix's)")
@@ -241,6 +246,11 @@ def _measure(args: argparse.Namespace, out: Path, log: Callable[[str], None]) ->
         m = mx.select(mx.tiny() if name == "tiny" else mx.get(name), args.case)
     except mx.UnknownCase as e:
         raise BadUsage(str(e)) from None
+    if args.prompt_file:
+        try:
+            m = mx.with_prompts(m, _prompts_from(args.prompt_file))
+        except mx.UnknownCase as e:
+            raise BadUsage(str(e)) from None
     if args.reps or args.n_gen:
         m = mx.override(m, reps=args.reps, n_gen=args.n_gen)
     if m.expected_minutes and not args.case and not args.reps and not args.n_gen:
@@ -255,6 +265,28 @@ def _measure(args: argparse.Namespace, out: Path, log: Callable[[str], None]) ->
                     threads=args.threads, log=log, checkpoint=checkpoint,
                     n_gpu_layers=_n_gpu_layers(args), device_rpc=args.rpc_standin)
     return report.finalize(runner.run())
+
+
+def _prompts_from(specs: Sequence[str]) -> tuple:
+    """``--prompt-file [CATEGORY=]PATH`` values as prompts named after their files."""
+    from .prompts import Prompt
+
+    out = []
+    for spec in specs:
+        cat, sep, path = spec.partition("=")
+        if not sep or "/" in cat or not cat:
+            cat, path = "custom", spec
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise BadUsage(f"--prompt-file {spec}: {e}") from None
+        if not text.strip():
+            raise BadUsage(f"--prompt-file {spec}: the file is empty")
+        name = Path(path).stem
+        if any(p.name == name for p in out):
+            name = f"{name}-{len(out)}"
+        out.append(Prompt(name, cat, text))
+    return tuple(out)
 
 
 def _matrix_name(args: argparse.Namespace) -> str:

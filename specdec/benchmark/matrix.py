@@ -388,6 +388,16 @@ class UnknownCase(ValueError):
     """A ``--case`` that names no case of the matrix; the message lists the valid ones."""
 
 
+def with_prompts(m: Matrix, prompts: Tuple[Prompt, ...]) -> Matrix:
+    """``m``'s gemma3-270m cases on ``prompts`` instead of the bench's own (``--prompt-file``:
+    a user's workload, or prompts the suite never saw); the matrix's other cases are left out."""
+    cases = tuple(replace(c, prompts=prompts) for c in m.cases
+                  if c.model == "gemma" and c.rpc_delay_ms is None)
+    if not cases:
+        raise UnknownCase(f"the {m.name!r} matrix has no gemma3-270m case to run prompt files in")
+    return replace(m, cases=cases)
+
+
 def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
     """The cases of ``m`` whose name starts with one of ``case_names`` (all if none). A name
     that matches nothing is an error that lists the matrix's cases, as is an empty result."""
@@ -404,6 +414,6 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 __all__ = ["Case", "Matrix", "Method", "UnknownCase", "get", "ci", "quick", "full", "structured",
            "gpu", "tiny",
-           "select", "override", "QUICK_MINUTES",
+           "select", "override", "with_prompts", "QUICK_MINUTES",
            "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "SAMPLED_PLAIN", "RPC_DELAYS_MS",
            "LLAMA_SERVER", "JSON_SCHEMA", "structured_cases"]

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from .matrix import LLAMA_CPP, SPECDEC
-from .report import GROUNDED, _Case, oracle_summary
+from .prompts import GROUNDED
+from .report import _Case, oracle_summary
 from .rows import BOS_PROMPT, Row, is_interleaved, rows_of
 
 COLORS = {SPECDEC: "tab:blue", LLAMA_CPP: "tab:orange", "llama-cpp-python": "tab:green"}

@@ -18,6 +18,11 @@ from typing import List
 HERE = Path(__file__).resolve().parent / "prompt_data"
 
 
+#: the prompt categories whose text a lookup drafter can copy from (the bench's "best" ratios
+#: are taken over them; "open" prompts are continuations without a source)
+GROUNDED = ("code", "repeat", "records")
+
+
 @dataclass(frozen=True)
 class Prompt:
     name: str

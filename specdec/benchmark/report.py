@@ -24,6 +24,8 @@ Ratio kinds:
 """
 from __future__ import annotations
 
+import copy
+
 import json
 import math
 import os
@@ -34,10 +36,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
 from .matrix import LCP, LLAMA_CPP, SPECDEC
+from .prompts import GROUNDED
 from .rows import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
 from .structured import structured_ratios
 
-GROUNDED = ("code", "repeat", "records")
 TRACKED_KINDS = ("speedup", "vs-llama.cpp", "constraint-cost")
 
 
@@ -164,6 +166,20 @@ class _Case:
             vals.append(r.tok_s / o.tok_s)
         return _gmean(vals)
 
+    def categories(self) -> Dict[str, List[str]]:
+        """The case's prompts by category, in order."""
+        cats: Dict[str, List[str]] = {}
+        for r in self.rows:
+            if r.prompt != BOS_PROMPT and r.prompt not in cats.get(r.category, []):
+                cats.setdefault(r.category, []).append(r.prompt)
+        return cats
+
+    def scored_on(self, prompts: List[str]) -> "_Case":
+        """This case with its ratios taken over ``prompts`` alone."""
+        view = copy.copy(self)
+        view.scored = list(prompts)
+        return view
+
     def score(self, method: str) -> float:
         """Geometric mean tok/s over the scored prompts; 0 unless it ran on all of them."""
         rs = [self.by.get((method, p)) for p in self.scored]
@@ -238,6 +254,15 @@ def compute_ratios(rows: List[Row]) -> Dict[str, Ratio]:
         if best_ours and best_theirs and c.meta[best_ours].family in ngram_fams + ("suffix",):
             put(case, "best specdec drafter / best llama.cpp n-gram mode",
                 c.ratio(best_ours, best_theirs), "vs-llama.cpp", 1.15)
+        if theirs_ng:
+            # each category alone (issue 30: code, repeat, records and open each at or above
+            # llama.cpp's best configuration of its speculative tool, its defaults included)
+            for cat, prompts in c.categories().items():
+                v = c.scored_on(prompts)
+                ours, theirs = v.best(SPECDEC), v.best(LLAMA_CPP)
+                if ours and theirs:
+                    put(case, f"{cat} prompts: best specdec / best llama.cpp configuration",
+                        v.ratio(ours, theirs), "vs-llama.cpp", 1.0)
         if "specdec plain" in c.meta and "llama-cpp-python plain" in c.meta:
             put(case, "specdec plain / llama-cpp-python plain",
                 c.ratio("specdec plain", "llama-cpp-python plain"), "vs-llama-cpp-python")

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import machine, prompts as prompt_sets
+from .prompts import GROUNDED
 from ..prompt_cache import DEFAULT_MIB as PROMPT_CACHE_MIB
 from .serve_load import LoadResult, Sample, run_load
 
@@ -43,8 +44,6 @@ SPECDEC_ADAPTIVE = ("suffix",)
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 N_MAX = 8
 N_CTX = 4096      # per slot
-#: the prompt categories a lookup drafter can copy from
-GROUNDED = ("code", "repeat", "records")
 #: the drafter of the HTTP-streaming-overhead check at concurrency 1
 HTTP_VS_DECODER = "ngram"
 #: the request fields of the sampled rows: OpenAI's default temperature, seeded
