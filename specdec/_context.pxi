@@ -110,6 +110,7 @@ cdef class Context:
         p.abort_callback_data = <void *> &self._stop
         if lazy_logits:
             self._head.enabled = True
+            self._head_installed = True
             self._head.batch_invariant = batch_invariant
             self._head.n_threads = n_threads
             p.cb_eval = sd_lm_head_cb
@@ -353,6 +354,17 @@ cdef class Context:
         llama_set_n_threads(self.ctx, n_threads, nb)
         self.n_threads = n_threads
         self._head.n_threads = n_threads
+
+    def set_lazy_head(self, on):
+        """Turn the lazy LM head off (every decode then runs llama.cpp's whole graph, its
+        own head included) or on again, between decodes. Only a context made with
+        ``lazy_logits=True`` has the head to turn on (its graph callback is set at
+        creation); ``specdec.head_choice`` turns it off where llama.cpp's head is faster."""
+        self._alive()
+        if on and not self._head_installed:
+            raise ValueError("this context was made without lazy_logits: there is no lazy "
+                             "head to turn on")
+        self._head.enabled = bool(on)
 
     @property
     def lazy_logits(self) -> str:

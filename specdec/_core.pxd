@@ -97,6 +97,7 @@ cdef class Context:
     cdef sd_lm_head * _head     # lazy LM head (None of it is used unless lazy_logits is on)
     cdef bint _lazy             # the last decode stopped at the norm: logits come from _head
     cdef bint _lazy_multi       # the lazy head may serve batches of several sequences
+    cdef bint _head_installed   # made with lazy_logits: the head's graph callback is in place
     cdef bint _interleaved_ref  # interleaved batches decode with the CPU's reference kernels
     cdef vector[int32_t] _out_row   # batch index -> output row of the last decode, -1: none
     cdef object _aborted        # (call, llama.cpp's message) once an abort has freed it

@@ -7,6 +7,7 @@ from typing import Any, List, Optional, Sequence, Union
 from ._archs import LAZY_MTP_ARCHS
 from ._core import Context, Model, TargetView
 from .config import SpecConfig
+from .head_choice import choose as choose_head
 from .drafters import Drafter, create as create_drafter
 from .drafters.guard import guard
 from .placement import Placement
@@ -106,18 +107,30 @@ def _check_invariance(ctx: Context, rows: int) -> None:
                      f"{where}; or {fix}")
 
 
+LazyLogits = Union[bool, str, None]
+
+
 def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
                  n_batch: int, n_ubatch: Optional[int], n_threads: Optional[int],
-                 n_seq_max: int, exact: bool, lazy_logits: Optional[bool],
+                 n_seq_max: int, exact: bool, lazy_logits: LazyLogits,
                  kv_unified: Optional[bool] = None) -> Context:
     """The target context, sized for verify batches of every sequence, and the drafters
-    bound to it (they read the target through a :class:`TargetView`)."""
+    bound to it (they read the target through a :class:`TargetView`).
+
+    ``lazy_logits``: True or False forces the lazy LM head on or off; ``"auto"`` (or None)
+    puts it on where it can run and then keeps whichever head measures faster for this
+    model on this machine (:mod:`specdec.head_choice`, cached)."""
+    if lazy_logits is None:
+        lazy_logits = "auto"
+    if not isinstance(lazy_logits, bool) and lazy_logits != "auto":
+        raise ValueError(f"lazy_logits must be True, False or 'auto', got {lazy_logits!r}")
     n_max = spec.n_max if drafters else 0
     # recurrent state rolled back by n_rollback snapshots (the others use checkpoints)
     recurrent = (model.is_recurrent or model.is_hybrid) and model.supports_partial_rollback
     rollback = max([d.rollback_depth for d in drafters], default=0)
     nextn = needs_hidden_rows(drafters)
-    if lazy_logits is None:
+    measured = lazy_logits == "auto"
+    if measured:
         # off the host (any offloaded layer takes the output layer with it) the head
         # cannot be read, and a device's LM head is cheap anyway
         lazy_logits = ((nextn is None or model.arch in LAZY_MTP_ARCHS)
@@ -139,6 +152,8 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
     elif model.is_remote:
         # verify shapes set up before the first request (exact mode's check decodes them)
         ctx.warm_up(min(n_max + 1, ctx.n_batch))
+    if measured and lazy_logits and not model.is_remote:
+        choose_head(ctx, verify_rows=n_max + 1 if n_max else 0, exact=exact)
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)

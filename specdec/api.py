@@ -10,7 +10,7 @@ from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequ
 from ._core import ContextBusyError, Model
 from ._request import (Prompt, Request, SamplingSpec, StopSpec, call_options,
                        split_chat_options, stop_list)
-from ._setup import DrafterSpec, PathLike, as_list
+from ._setup import DrafterSpec, LazyLogits, PathLike, as_list
 from .chat import ChatPrompt, chat_prompt
 from .config import SAMPLING_OPTIONS, Sampling, SpecConfig
 from .constraint import take_options
@@ -74,14 +74,17 @@ class Decoder(Driver, CompletionMethods):
         either fault switches that drafter off for the rest of the request, with a
         ``DrafterFaultWarning`` (see ``specdec.drafters.guard``).
     lazy_logits
-        Default: on wherever it can run (every target, except one that feeds MTP hidden
-        states on an arch outside ``LAZY_MTP_ARCHS``; batches of one sequence, or of
-        several in one KV stream of an attention-only target, as the Engine's). Each
-        decode stops at the final norm and a row's logits are computed only when
-        verification reaches it, all rows of a pass sharing one read of the LM head: a
-        rejected draft no longer pays for the vocabulary projection of the rows after
-        it. Each row's logits are bit-identical to a one-row LM head's for the same
-        hidden state (``specdec/_lm_head.h``).
+        The lazy LM head: each decode stops at the final norm and a row's logits are
+        computed only when verification reaches it, all rows of a pass sharing one read of
+        the LM head, so a rejected draft no longer pays for the vocabulary projection of
+        the rows after it. Each row's logits are bit-identical to a one-row LM head's for
+        the same hidden state (``specdec/_lm_head.h``). It can run on every target, except
+        one that feeds MTP hidden states on an arch outside ``LAZY_MTP_ARCHS``; batches of
+        one sequence, or of several in one KV stream of an attention-only target, as the
+        Engine's. ``"auto"`` (the default; None says the same): where it can run, the
+        lazy head or llama.cpp's own, whichever measures faster for this model on this
+        CPU with these threads (timed at the first load, then read from the cache dir:
+        :mod:`specdec.head_choice`). True or False: on or off, unmeasured.
     model_check
         ``"fast"`` (default) or ``"isolated"``: when ``model`` is a path, ``"isolated"``
         tries the file in a child process before loading it here (``specdec.check_model``),
@@ -127,7 +130,7 @@ class Decoder(Driver, CompletionMethods):
         check: bool = False,
         drafter_timeout: Optional[float] = None,
         on_drafter_error: str = "raise",
-        lazy_logits: Optional[bool] = None,
+        lazy_logits: LazyLogits = "auto",
         n_gpu_layers: int = 0,
         split_mode: Union[str, int] = "layer",
         main_gpu: int = 0,

@@ -36,7 +36,7 @@ from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Literal, Ma
 
 from ._core import Model
 from ._request import Prompt, Request, SamplingSpec, StopSpec
-from ._setup import DrafterSpec, PathLike, as_list
+from ._setup import DrafterSpec, LazyLogits, PathLike, as_list
 from .config import SpecConfig
 from .drafters import Drafter
 from .handles import AsyncStream, RequestHandle, _State
@@ -117,7 +117,7 @@ class Engine(Driver, CompletionMethods):
         prompt_cache_mib: float = DEFAULT_MIB,
         n_batch: int = 512,
         n_threads: Optional[int] = None,
-        lazy_logits: Optional[bool] = None,
+        lazy_logits: LazyLogits = "auto",
         drafter_timeout: Optional[float] = None,
         on_drafter_error: str = "raise",
         load_mtp: Optional[bool] = None,

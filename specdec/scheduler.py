@@ -33,8 +33,8 @@ from ._controller import Controller, new_policy
 from ._core import Context, Model
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, call_options,
                        result as read_result, tokenize)
-from ._setup import (DrafterSpec, PathLike, exact_slack, load_model, make_context, make_drafters,
-                     needs_hidden_rows)
+from ._setup import (DrafterSpec, LazyLogits, PathLike, exact_slack, load_model, make_context,
+                     make_drafters, needs_hidden_rows)
 from .config import SpecConfig
 from .constraint import Constraint
 from .drafters import Drafter
@@ -67,7 +67,7 @@ class Scheduler:
     def __init__(self, model: Union[Model, PathLike], drafters: List[DrafterSpec], *,
                  spec: SpecConfig, exact: bool, concurrent: bool, n_seq: int, n_ctx: int,
                  n_batch: int, n_ubatch: Optional[int], n_threads: Optional[int],
-                 lazy_logits: Optional[bool], drafter_timeout: Optional[float],
+                 lazy_logits: LazyLogits, drafter_timeout: Optional[float],
                  on_drafter_error: str, n_gpu_layers_draft: Optional[int],
                  load_mtp: Optional[bool], model_check: str, placement: Placement,
                  prefix_reuse: bool, prompt_cache_mib: float, check: bool = False) -> None:

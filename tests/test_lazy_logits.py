@@ -121,10 +121,17 @@ def test_refused_where_it_cannot_run(tiny_qwen35):
 
 
 def test_decoder_uses_it_where_it_can(tiny_dense, tiny_qwen35):
-    assert Decoder(tiny_dense, drafter="ngram").ctx.lazy_logits == "pending"
+    """``lazy_logits=True`` puts the head on wherever it can run (it finds the output weight
+    at the first decode); the default, ``"auto"``, keeps the head it timed faster than the
+    other (``test_head_choice``), so it is on or off once decoding."""
+    assert Decoder(tiny_dense, drafter="ngram", lazy_logits=True).ctx.lazy_logits == "pending"
     assert Decoder(tiny_dense, lazy_logits=False).ctx.lazy_logits == "off"
-    assert Decoder(tiny_qwen35, drafter="mtp").ctx.lazy_logits == "pending"
-    assert Decoder(tiny_qwen35, drafter="ngram").ctx.lazy_logits == "pending"
+    assert Decoder(tiny_qwen35, drafter="mtp", lazy_logits=True).ctx.lazy_logits == "pending"
+    assert Decoder(tiny_qwen35, drafter="ngram", lazy_logits=True).ctx.lazy_logits == "pending"
+    for m, d in ((tiny_dense, "ngram"), (tiny_qwen35, "mtp")):
+        dec = Decoder(m, drafter=d)
+        dec.generate([11, 52, 97], max_tokens=3)
+        assert dec.ctx.lazy_logits in ("on", "off")
 
 
 def test_hybrid_target_with_mtp_hidden_rows(tiny_qwen35):
@@ -164,7 +171,7 @@ def test_greedy_output_unchanged(gemma_path, drafter):
     prompt = ("def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n"
               "def fib2(n):\n    return")
     ref = Decoder(gemma_path, exact=True, lazy_logits=False).generate(prompt, max_tokens=48)
-    dec = Decoder(gemma_path, drafter=drafter, n_max=6, exact=True)
+    dec = Decoder(gemma_path, drafter=drafter, n_max=6, exact=True, lazy_logits=True)
     out = dec.generate(prompt, max_tokens=48)
     assert dec.ctx.lazy_logits == "on"
     assert out.tokens == ref.tokens

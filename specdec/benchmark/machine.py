@@ -9,15 +9,7 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from .. import _build_facts as facts
-
-
-def cpu_model() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    m = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    return m.group(1).strip() if m else platform.machine()
+from .._cpu import cpu_model
 
 
 def _slug(text: str) -> str:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional
 
+from .head_times import head_line
 from .matrix import LCP, LLAMA_CPP, SPECDEC
 from .prompts import GROUNDED
 from .rows import BOS_PROMPT, INTERLEAVED, Row, is_interleaved, rows_of
@@ -562,6 +563,8 @@ def markdown(results: Dict[str, Any]) -> str:
                 f"{r.method} {r.tok_s:.1f} tok/s" if _ok(r) else f"{r.method} {r.status} ({r.note})"
                 for r in bos), ""]
         lines += [case_table(case, cr), ""]
+        if case in results.get("lm_head", {}):
+            lines += [head_line(results["lm_head"][case]), ""]
         il = interleaved_table(case, cr)
         if il:
             lines += [il, ""]

@@ -28,6 +28,7 @@ from .._progress import progress
 from .._core import Model
 from . import llama_tools, machine, peers
 from .case_models import CaseModels
+from .head_times import time_heads
 from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, LLAMA_SERVER, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
@@ -74,6 +75,7 @@ class Runner:
         self._rows: List[Row] = []              # every row measured so far, this case's included
         self._completed: List[str] = []         # cases measured and checked
         self._info: Dict[str, Any] = {}
+        self._heads: Dict[str, Dict[str, Any]] = {}   # per case: the LM head alone, both paths
 
     # --- bookkeeping --------------------------------------------------------------------
 
@@ -213,6 +215,10 @@ class Runner:
         exact_model = (Model(target, load_mtp=mtp, use_extra_bufts=False)
                        if oracle or any(m.exact for m in case.methods) else None)
         self._case_n_ctx = self._n_ctx(model, case.n_gen, case.prompts)
+        if not self._placement:   # both heads read host memory only there
+            heads = time_heads(model, self.threads, self._case_n_ctx)
+            if heads is not None:
+                self._heads[case.name] = heads
         books = self._record(case, model) if oracle else {}
         rows: List[Row] = []
         decs: Dict[Method, api.Decoder] = {}
@@ -581,6 +587,7 @@ class Runner:
                          "completed": list(self._completed)},
             "rows": [r.to_dict() for r in self._rows],
             "oracle_checks": list(self._oracle_checks),
+            "lm_head": dict(self._heads),
         }
 
 

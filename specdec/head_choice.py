@@ -1,0 +1,178 @@
+"""Which LM head a target context uses: the lazy head or llama.cpp's own, chosen by timing
+both for the loaded model on this machine, once, and cached.
+
+Why: the lazy head (``_lm_head.h``: the decode stops at the final norm and a verify row's
+logits are computed, with ggml's ``vec_dot``, only when verification reads it) wins where
+llama.cpp's head is slow for the rows a decode asks for (tinyBLAS on an AMD EPYC, ~4 ms a
+row of Gemma's 262k-token head), and loses where llama.cpp's kernels beat ``vec_dot`` (an
+Intel Xeon with AVX-512: t_lm_head 1.71 s against t_target 1.21 s for 128 tokens). Which
+one wins depends on the CPU, the head's type and width and the thread count, so it is
+measured: decodes of a plain step and of a verify batch (``n_max + 1`` rows, each one
+read, as a fully accepted draft reads them) each way, interleaved, medians compared.
+
+The record lives in the cache dir (``head-choice/<key>.json``), keyed by the model's
+content, the CPU, the thread count, exact mode and the verify width, so later loads do
+not measure again. A record that does not parse, or that names another model, CPU or
+setting, is ignored and measured again. ``lazy_logits=True`` / ``False`` skip all this.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple
+
+from . import cache
+from ._build_facts import LLAMA_CPP_PIN
+from ._core import Batch, Context
+from ._cpu import cpu_model
+
+#: bump when the measurement or the record changes meaning: older records are then ignored
+FORMAT = 1
+#: the sub-directory of the cache dir holding the records
+KIND = "head-choice"
+#: timed decodes per path and shape (after one untimed decode of each)
+REPS = 5
+
+
+@dataclass(frozen=True)
+class HeadTimes:
+    """Median seconds of a decode whose logits are all ready, per path: a plain step
+    (``plain``) and a verify batch (``verify``, 0 when nothing drafts)."""
+
+    lazy_plain: float
+    graph_plain: float
+    lazy_verify: float = 0.0
+    graph_verify: float = 0.0
+
+    @property
+    def lazy_wins(self) -> bool:
+        """The lazy head costs no more than llama.cpp's over a plain step and a verify."""
+        return self.lazy_plain + self.lazy_verify <= self.graph_plain + self.graph_verify
+
+
+@dataclass(frozen=True)
+class HeadChoice:
+    """The head a context uses and why: ``lazy`` (else llama.cpp's), the ``times`` it
+    was chosen by, and whether they came from the cache (``cached``)."""
+
+    lazy: bool
+    times: HeadTimes
+    cached: bool
+
+
+def key_fields(ctx: Context, *, verify_rows: int, exact: bool) -> Dict[str, Any]:
+    """What a measurement holds for: the model's content, the CPU, threads and shapes, and
+    the kernels' versions (specdec's and llama.cpp's)."""
+    from . import __version__   # (specdec is imported by the time a context is made)
+    return {"format": FORMAT, "specdec": __version__, "llama_cpp": LLAMA_CPP_PIN,
+            "model": cache.content_key(ctx.model.path), "cpu": cpu_model(),
+            "n_cpus": os.cpu_count() or 1, "n_threads": ctx.n_threads, "exact": bool(exact),
+            "verify_rows": int(verify_rows)}
+
+
+def record_path(fields: Dict[str, Any]) -> Path:
+    """Where the record of ``fields`` lives (a file name hashed from all of them)."""
+    h = hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+    return cache.cache_dir() / KIND / f"{h}.json"
+
+
+def load(path: Path, fields: Dict[str, Any]) -> Optional[HeadChoice]:
+    """The record at ``path`` if it is one for ``fields``; None if it is missing, does not
+    parse, or was measured for anything else."""
+    try:
+        rec = json.loads(path.read_text())
+        if not isinstance(rec, dict) or any(rec.get(k) != v for k, v in fields.items()):
+            return None
+        t = rec["times"]
+        times = HeadTimes(**{k: float(t[k]) for k in HeadTimes.__dataclass_fields__})
+        if not isinstance(rec["lazy"], bool):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return HeadChoice(rec["lazy"], times, cached=True)
+
+
+def save(path: Path, fields: Dict[str, Any], choice: HeadChoice) -> None:
+    """Writes the record (atomically: a reader sees the old one or the new one)."""
+    rec = dict(fields, lazy=choice.lazy, times=asdict(choice.times),
+               measured=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, path)
+
+
+def _decode(ctx: Context, batch: Batch, n: int, lazy: bool) -> float:
+    """Seconds of one decode of ``n`` rows on sequence 0 with every row's logits ready,
+    read as verification reads them (two rows in a first pass, the rest in a second)."""
+    ctx.seq_rm(0, -1, -1)
+    t0 = time.perf_counter()
+    ctx.decode(batch)
+    if lazy:
+        ctx.prepare_logits(0, min(2, n))
+        if n > 2:
+            ctx.prepare_logits(2, n - 2)
+    return time.perf_counter() - t0
+
+
+def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[HeadTimes]:
+    """Times both heads on ``ctx`` (made with ``lazy_logits=True``), interleaved, and leaves
+    the lazy head on; None when the lazy head cannot serve this model (llama.cpp's head is
+    then the only one). Sequence 0's memory is cleared before and after."""
+    token = min(1, ctx.n_vocab - 1)
+    shapes = [plain_rows] + ([verify_rows] if verify_rows > 0 else [])
+    batches = {}
+    for n in shapes:
+        b = Batch(n)
+        for i in range(n):
+            b.add(token, i, 0, True)
+        batches[n] = b
+    med: Dict[Tuple[bool, int], float] = {}
+    try:
+        ctx.set_lazy_head(True)
+        _decode(ctx, batches[plain_rows], plain_rows, False)   # the head finds its weight
+        if ctx.lazy_logits != "on":
+            return None
+        for n in shapes:
+            runs: Dict[bool, list] = {True: [], False: []}
+            for rep in range(REPS + 1):
+                for lazy in ((True, False) if rep % 2 else (False, True)):
+                    ctx.set_lazy_head(lazy)
+                    t = _decode(ctx, batches[n], n, lazy)
+                    if rep:   # the first of each is a warm-up
+                        runs[lazy].append(t)
+            med[(True, n)] = statistics.median(runs[True])
+            med[(False, n)] = statistics.median(runs[False])
+    finally:
+        ctx.seq_rm(0, -1, -1)
+        ctx.set_lazy_head(True)
+    v = verify_rows if verify_rows > 0 else None
+    return HeadTimes(med[(True, plain_rows)], med[(False, plain_rows)],
+                     med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0)
+
+
+def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoice]:
+    """Sets ``ctx``'s head (made with ``lazy_logits=True``) to the faster one for this
+    model, CPU and threads: from the cached record, else measured and recorded. None when
+    the lazy head cannot serve the model (``ctx.lazy_logits`` then says why)."""
+    fields = key_fields(ctx, verify_rows=verify_rows, exact=exact) if ctx.model.path else None
+    path = record_path(fields) if fields is not None else None
+    choice = load(path, fields) if path is not None and fields is not None else None
+    if choice is None:
+        # exact mode never decodes a single row: its plain step has two
+        times = measure(ctx, plain_rows=2 if exact else 1, verify_rows=verify_rows)
+        if times is None:
+            return None
+        choice = HeadChoice(times.lazy_wins, times, cached=False)
+        if path is not None and fields is not None:
+            try:
+                save(path, fields, choice)
+            except OSError:
+                pass   # a read-only cache dir: measured again at the next load
+    ctx.set_lazy_head(choice.lazy)
+    return choice

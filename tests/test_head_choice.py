@@ -1,0 +1,150 @@
+"""The LM head chosen by measurement (``lazy_logits="auto"``, specdec.head_choice): the
+choice is timed once per model, CPU and setting, recorded in the cache dir and honoured
+by later loads; True / False override it; a record that does not parse or was made for
+something else is ignored; output is the same whichever head runs."""
+import json
+
+import pytest
+
+from specdec import Decoder, head_choice
+from specdec.head_choice import HeadChoice, HeadTimes
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDEC_CACHE_DIR", str(tmp_path))
+    return tmp_path
+
+
+def _records(cache_dir):
+    d = cache_dir / head_choice.KIND
+    return sorted(d.glob("*.json")) if d.is_dir() else []
+
+
+def _no_measuring(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("measured although a valid record was there")
+    monkeypatch.setattr(head_choice, "measure", refuse)
+
+
+def _fields(path, **kw):
+    """The key fields of a Decoder like the ones the tests build (ngram, n_max 4)."""
+    with Decoder(path, drafter="ngram", lazy_logits=True, **kw) as dec:
+        return head_choice.key_fields(dec.ctx, verify_rows=5, exact=kw.get("exact", False))
+
+
+def _plant(path, lazy, **kw):
+    fields = _fields(path, **kw)
+    head_choice.save(head_choice.record_path(fields), fields,
+                     HeadChoice(lazy, HeadTimes(1.0, 2.0, 3.0, 4.0), cached=False))
+    return fields
+
+
+def test_auto_measures_once_and_records_the_choice(tiny_dense_path, cache_dir, monkeypatch):
+    dec = Decoder(tiny_dense_path, drafter="ngram")
+    (rec_path,) = _records(cache_dir)
+    rec = json.loads(rec_path.read_text())
+    assert rec["verify_rows"] == 5 and rec["exact"] is False and rec["n_threads"] == dec.ctx.n_threads
+    t = rec["times"]
+    assert all(t[k] > 0 for k in ("lazy_plain", "graph_plain", "lazy_verify", "graph_verify"))
+    assert rec["lazy"] == (t["lazy_plain"] + t["lazy_verify"] <= t["graph_plain"] + t["graph_verify"])
+    assert (dec.ctx.lazy_logits != "off") == rec["lazy"]
+    out = dec.generate([11, 52, 97], max_tokens=12).tokens
+    dec.close()
+    _no_measuring(monkeypatch)
+    with Decoder(tiny_dense_path, drafter="ngram") as again:   # read back, not timed
+        assert (again.ctx.lazy_logits != "off") == rec["lazy"]
+        assert again.generate([11, 52, 97], max_tokens=12).tokens == out
+    assert _records(cache_dir) == [rec_path]
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_recorded_choice_is_honoured(tiny_dense_path, monkeypatch, lazy):
+    _plant(tiny_dense_path, lazy)
+    _no_measuring(monkeypatch)
+    with Decoder(tiny_dense_path, drafter="ngram") as dec:
+        assert (dec.ctx.lazy_logits == "off") == (not lazy)
+        dec.generate([11, 52, 97], max_tokens=4)
+        assert dec.ctx.lazy_logits == ("on" if lazy else "off")
+
+
+def test_true_and_false_override_the_record(tiny_dense_path, cache_dir, monkeypatch):
+    _plant(tiny_dense_path, False)
+    _no_measuring(monkeypatch)
+    with Decoder(tiny_dense_path, drafter="ngram", lazy_logits=True) as dec:
+        dec.generate([11, 52, 97], max_tokens=4)
+        assert dec.ctx.lazy_logits == "on"
+    before = [p.read_text() for p in _records(cache_dir)]
+    with Decoder(tiny_dense_path, drafter="ngram", lazy_logits=False) as dec:
+        assert dec.ctx.lazy_logits == "off"
+        with pytest.raises(ValueError, match="without lazy_logits"):
+            dec.ctx.set_lazy_head(True)
+    assert [p.read_text() for p in _records(cache_dir)] == before
+    with pytest.raises(ValueError, match="lazy_logits must be True, False or 'auto'"):
+        Decoder(tiny_dense_path, lazy_logits="yes")
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "other cpu", "other model",
+                                    "not a bool", "no times"])
+def test_a_corrupt_or_foreign_record_is_ignored(tiny_dense_path, monkeypatch, damage):
+    fields = _plant(tiny_dense_path, True)
+    path = head_choice.record_path(fields)
+    rec = json.loads(path.read_text())
+    if damage == "garbage":
+        path.write_bytes(b"\x00\xffnot json")
+    elif damage == "truncated":
+        path.write_text(path.read_text()[:40])
+    elif damage == "other cpu":
+        path.write_text(json.dumps(dict(rec, cpu="some other CPU")))
+    elif damage == "other model":
+        path.write_text(json.dumps(dict(rec, model="0123456789abcdef")))
+    elif damage == "not a bool":
+        path.write_text(json.dumps(dict(rec, lazy="yes")))
+    else:
+        path.write_text(json.dumps({k: v for k, v in rec.items() if k != "times"}))
+    calls = []
+
+    def fake(ctx, *, plain_rows, verify_rows):   # llama.cpp's head "measures" faster
+        calls.append((plain_rows, verify_rows))
+        return HeadTimes(2.0, 1.0, 4.0, 3.0)
+    monkeypatch.setattr(head_choice, "measure", fake)
+    with Decoder(tiny_dense_path, drafter="ngram") as dec:
+        assert dec.ctx.lazy_logits == "off"
+    assert calls == [(1, 5)]
+    assert head_choice.load(path, fields) == HeadChoice(False, HeadTimes(2.0, 1.0, 4.0, 3.0),
+                                                        cached=True)
+
+
+def test_measure_times_both_heads_and_leaves_the_context_as_it_was(tiny_dense_path):
+    with Decoder(tiny_dense_path, drafter="ngram", lazy_logits=True) as dec:
+        times = head_choice.measure(dec.ctx, plain_rows=1, verify_rows=5)
+        assert times is not None and min(times.lazy_plain, times.graph_plain,
+                                         times.lazy_verify, times.graph_verify) > 0
+        assert dec.ctx.lazy_logits == "on" and dec.ctx.seq_pos_max(0) == -1
+        plain = Decoder(tiny_dense_path, lazy_logits=False)
+        assert dec.generate([11, 52, 97], max_tokens=16).tokens == \
+            plain.generate([11, 52, 97], max_tokens=16).tokens
+
+
+@pytest.mark.parametrize("lazy", [True, False])
+def test_exact_output_whichever_head_was_chosen(tiny_dense_path, monkeypatch, lazy):
+    """exact=True: speculative greedy output equals exact plain output with either head."""
+    _plant(tiny_dense_path, lazy, exact=True)
+    _no_measuring(monkeypatch)
+    prompt = [11, 52, 97, 140, 11, 52]
+    with Decoder(tiny_dense_path, drafter="ngram", exact=True) as dec:
+        assert (dec.ctx.lazy_logits == "off") == (not lazy)
+        got = dec.generate(prompt, max_tokens=40).tokens
+    with Decoder(tiny_dense_path, exact=True, lazy_logits=False) as plain:
+        assert got == plain.generate(prompt, max_tokens=40).tokens
+
+
+def test_the_bench_times_the_head_alone_on_both_paths(tiny_dense):
+    from specdec.benchmark.head_times import VERIFY_ROWS, head_line, time_heads
+    h = time_heads(tiny_dense, 2, 256)
+    v = VERIFY_ROWS
+    ms = [h["lazy_1_ms"], h["graph_1_ms"], h[f"lazy_{v}_ms"], h[f"graph_{v}_ms"]]
+    assert min(ms) > 0
+    assert h["faster"] == ("lazy" if ms[0] + ms[2] <= ms[1] + ms[3] else "llama.cpp")
+    line = head_line(h)
+    assert f"{h['lazy_1_ms']:.2f} / {h['graph_1_ms']:.2f}" in line and h["faster"] in line
