@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .. import api
 from .._progress import progress
 from .._core import Model
-from . import llama_tools, machine, peers
+from . import lcp_build, llama_tools, machine, peers
 from .case_models import CaseModels
 from .head_times import time_heads
 from .interleave import interleave
@@ -64,6 +64,7 @@ class Runner:
         self._lcp: Optional[peers.LcpWorker] = None
         self._lcp_error: Optional[str] = None
         self._t0 = 0.0
+        self._t_steps = 0.0      # when the measurements began (after the peers' build)
         self._oracle_checks: List[Dict[str, Any]] = []   # exact mode at the matrix's oracle_check_n_max
         self._done = 0
         self._total = 0
@@ -107,14 +108,16 @@ class Runner:
 
     def _tick(self, what: str) -> None:
         """One step done: the bar moves (a terminal), else a line with the time so far and an
-        estimate of the time left (at the mean pace of the steps so far)."""
+        estimate of the time left (at the mean pace of the steps so far, from the end of the
+        peers' build: a build in this run is no step's cost)."""
         self._done += 1
         if self._bar is not None and not self._bar.disable:
             self._bar.update(1)
             self._bar.set_postfix_str(what, refresh=True)
         else:
-            spent = time.monotonic() - self._t0
-            left = spent / self._done * max(self._total - self._done, 0)
+            now = time.monotonic()
+            spent = now - self._t0
+            left = (now - self._t_steps) / self._done * max(self._total - self._done, 0)
             self.log(f"[{self._done}/{self._total} {spent:5.0f}s, ~{left:.0f}s left] {what}")
 
     def _save(self, complete: bool = False) -> None:
@@ -250,7 +253,7 @@ class Runner:
         rows += self._keep(self._plain_vs_llama_bench(case, model, decs[plain], target, errors))
         for p in case.prompts:
             rows += self._keep(self._run_prompt(case, p, model, decs, errors, target, draft))
-        self._exact_check(case, target, mtp, rows)
+        self._exact_check(case, target, mtp, rows, exact_model)
         return rows
 
     def _keep(self, rows: List[Row]) -> List[Row]:
@@ -265,29 +268,39 @@ class Runner:
 
         A verify batch rounds differently from a single row, so speculative output departs
         from plain output; an oracle drafting plain output is then wrong from there on and
-        no ceiling. Starting from plain greedy output, the book is replaced by the oracle's
-        own output until the two agree (each pass agrees further: the rows before the first
-        departure were computed in the same batches)."""
+        no ceiling. Starting from plain greedy output, each prompt's book is replaced by the
+        oracle's own output until the two agree (each pass agrees further: the rows before
+        the first departure were computed in the same batches). A prompt whose output agrees
+        with its book is settled and not decoded again: most settle in one or two passes."""
         plain = self._decoder(model, Method(SPECDEC, "plain"), case.n_gen, case.prompts)
         self.log(f"{case.name}: recording the oracle's continuations")
-        base = {tuple(plain.tokenize(p.text)): plain.generate(p.text, max_tokens=case.n_gen).tokens
+        t0 = time.monotonic()
+        keys = {p.name: tuple(plain.tokenize(p.text)) for p in case.prompts}
+        base = {keys[p.name]: plain.generate(p.text, max_tokens=case.n_gen).tokens
                 for p in case.prompts}
+        n_decodes = len(case.prompts)
         books = {}
         for m in case.methods:
             if m.family != "oracle":
                 continue
-            book = base
+            book = dict(base)
+            open_prompts = list(case.prompts)
             for _ in range(ORACLE_PASSES):
                 dec = self._decoder(model, m, case.n_gen, case.prompts, book=book)
-                out = {tuple(dec.tokenize(p.text)): dec.generate(p.text, max_tokens=case.n_gen).tokens
-                       for p in case.prompts}
-                if out == book:
+                out = {keys[p.name]: dec.generate(p.text, max_tokens=case.n_gen).tokens
+                       for p in open_prompts}
+                n_decodes += len(open_prompts)
+                open_prompts = [p for p in open_prompts if out[keys[p.name]] != book[keys[p.name]]]
+                book.update(out)
+                if not open_prompts:
                     break
-                book = out
             else:
                 self.log(f"{case.name}: {m.label} still departs from its book after "
-                         f"{ORACLE_PASSES} passes: its rows are below the ceiling")
+                         f"{ORACLE_PASSES} passes on {', '.join(p.name for p in open_prompts)}: "
+                         f"its rows there are below the ceiling")
             books[m] = book
+        self.log(f"{case.name}: recorded in {time.monotonic() - t0:.0f} s "
+                 f"({n_decodes} decodes of {case.n_gen} tokens)")
         return books
 
     def _plain_vs_llama_bench(self, case: Case, model: Model, dec: api.Decoder, target: str,
@@ -428,8 +441,10 @@ class Runner:
             threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])
 
-    def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row]) -> None:
-        """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens."""
+    def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row],
+                     exact_model: Optional[Model] = None) -> None:
+        """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens.
+        ``exact_model``: the case's model loaded for exact mode already (else loaded here)."""
         n = self.m.check_tokens
         if case.rpc_delay_ms is not None or self._placement:
             # exact mode needs batch-invariant kernels, which the servers and devices do not
@@ -441,7 +456,8 @@ class Runner:
                     r.check = f"n/a ({where})"
             return
         try:
-            model = Model(target, load_mtp=mtp, use_extra_bufts=False)
+            model = (exact_model if exact_model is not None
+                     else Model(target, load_mtp=mtp, use_extra_bufts=False))
         except Exception as e:  # noqa: BLE001
             for r in rows:
                 if r.side == SPECDEC and r.family != "plain" and r.status == "ok":
@@ -511,6 +527,7 @@ class Runner:
         self._info = machine.describe(self.threads, self._device())
         self._save()           # a run stopped before its first row still leaves a results file
         self._build_tools()
+        self._t_steps = time.monotonic()
         try:
             with progress(total=self._total, desc=f"specdec bench ({self.m.name})",
                           unit="step", leave=True) as self._bar:
@@ -527,9 +544,10 @@ class Runner:
         return self._results(complete=True)
 
     def _build_tools(self) -> None:
-        """Build the llama.cpp tools this matrix runs, up front as a named step (they would be
-        built on first use otherwise, in the middle of a timed round); a failure leaves their
-        rows to say why."""
+        """Build the peers this matrix runs, up front as named steps: llama.cpp's tools and
+        llama-cpp-python (built on first use otherwise, inside the first case's timing: a
+        quick run measured on 2026-11-26 spent 262 s of its "oracle recording" building it).
+        A failure leaves their rows to say why."""
         if not (self.peers_enabled and self.build_peers):
             return
         want = set()
@@ -540,19 +558,28 @@ class Runner:
                         m.family, "llama-speculative-simple"))
                 elif m.side == LLAMA_SERVER:
                     want.add("llama-server")
-        if not want or llama_tools.built(sorted(want)):
-            return
-        log = llama_tools.tools_dir() / "build.log"
-        self.log(f"building llama.cpp's {', '.join(sorted(want))} (once, into "
-                 f"{llama_tools.tools_dir()}; a CPU build takes about 8 minutes on 2 cores, a "
-                 f"GPU backend's kernels far longer; output in {log})")
-        t0 = time.monotonic()
-        try:
-            llama_tools.ensure_tools(sorted(want), log=log)
-        except Exception as e:  # noqa: BLE001 - the tools' rows say why
-            self.log(f"building llama.cpp's tools failed: {e}")
-            return
-        self.log(f"built llama.cpp's tools in {time.monotonic() - t0:.0f} s")
+        if want and not llama_tools.built(sorted(want)):
+            log = llama_tools.tools_dir() / "build.log"
+            self.log(f"building llama.cpp's {', '.join(sorted(want))} (once, into "
+                     f"{llama_tools.tools_dir()}; a CPU build takes about 8 minutes on 2 cores, "
+                     f"a GPU backend's kernels far longer; output in {log})")
+            t0 = time.monotonic()
+            try:
+                llama_tools.ensure_tools(sorted(want), log=log)
+                self.log(f"built llama.cpp's tools in {time.monotonic() - t0:.0f} s")
+            except Exception as e:  # noqa: BLE001 - the tools' rows say why
+                self.log(f"building llama.cpp's tools failed: {e}")
+        if any(m.side == LCP for c in self.m.cases for m in c.methods) and not lcp_build.built():
+            self.log(f"building llama-cpp-python {lcp_build.VERSION} (once, into "
+                     f"{lcp_build.peer_dir()}; about 5 minutes on 2 cores; output in "
+                     f"{lcp_build.peer_dir() / 'build.log'})")
+            t0 = time.monotonic()
+            try:
+                lcp_build.ensure()
+                self.log(f"built llama-cpp-python in {time.monotonic() - t0:.0f} s")
+            except Exception as e:  # noqa: BLE001 - its rows say why
+                self._lcp_error = f"llama-cpp-python {lcp_build.VERSION} build failed: {e}"
+                self.log(self._lcp_error)
 
     def _device(self) -> Optional[str]:
         """What the layers run on when not this CPU: the RPC stand-in or the GPUs' names."""
