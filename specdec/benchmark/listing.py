@@ -22,7 +22,8 @@ def _nominal_rows(case: Case) -> List[Row]:
             continue
         for p in case.prompts:
             rows.append(Row(case.name, p.name, p.category, m.label, m.side, m.family, m.drafter,
-                            m.n_max, m.adaptive, m.exact, tok_s=1.0, constraint=m.constraint))
+                            m.n_max, m.adaptive, m.exact, m.temperature, tok_s=1.0,
+                            constraint=m.constraint))
             if case.interleave and m.side == SPECDEC and m.adaptive:
                 rows.append(Row(case.name, interleaved_prompt(p.name), p.category, m.label,
                                 m.side, m.family, m.drafter, m.n_max, m.adaptive, tok_s=1.0,
