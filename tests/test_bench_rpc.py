@@ -63,12 +63,18 @@ def test_latency_proxy_refuses_a_negative_delay(echo_server):
         LatencyProxy(echo_server, -0.001)
 
 
-def test_rpc_cases_are_in_both_matrices():
-    quick = [c for c in matrix.quick().cases if c.rpc_delay_ms is not None]
+def test_rpc_cases_have_a_matrix_of_their_own_and_are_in_full():
+    """``--case rpc`` runs the largest delay (a matrix of its own, not in --quick, whose 10
+    minutes its eight server processes would not fit); ``--full`` sweeps every delay."""
+    from specdec.benchmark import cli as bench_cli
+
+    own = [c for c in matrix.rpc().cases if c.rpc_delay_ms is not None]
     full = [c for c in matrix.full().cases if c.rpc_delay_ms is not None]
-    assert [c.rpc_delay_ms for c in quick] == [max(matrix.RPC_DELAYS_MS)]
+    assert [c.rpc_delay_ms for c in own] == [max(matrix.RPC_DELAYS_MS)]
+    assert not [c for c in matrix.quick().cases if c.rpc_delay_ms is not None]
     assert sorted(c.rpc_delay_ms for c in full) == sorted(matrix.RPC_DELAYS_MS)
-    assert all(c.name.startswith("rpc-") for c in quick + full)
+    assert all(c.name.startswith("rpc-") for c in own + full)
+    assert bench_cli._matrix_name(bench_cli.parser().parse_args(["--case", "rpc"])) == "rpc"
     # the llama.cpp side runs its n-gram modes and llama-bench over the same servers
     assert all(any(m.side == matrix.LLAMA_CPP for m in c.methods) for c in full)
 

@@ -93,7 +93,8 @@ def parser() -> argparse.ArgumentParser:
                    "against llama-server at concurrency 1, 4 and 8; 'engine-mtp' alone: an "
                    "Engine's MTP drafting at 4 and 8 slots against its plain decoding and "
                    "llama-server's draft-mtp; 'structured': JSON-schema decoding served at "
-                   "concurrency 1 and 4 against llama-server (in --full, not in --quick)")
+                   "concurrency 1 and 4 against llama-server; 'rpc': every layer on two local "
+                   "RPC servers behind a 2 ms delay (these two in --full, not in --quick)")
     p.add_argument("--prompt-file", action="append", metavar="[CATEGORY=]PATH",
                    help="measure the gemma3-270m case on this file's text instead of the bench's "
                    "prompts (repeatable; your own workload, or prompts the suite never saw), in "
@@ -292,8 +293,9 @@ def _prompts_from(specs: Sequence[str]) -> tuple:
 def _matrix_name(args: argparse.Namespace) -> str:
     if args.gpu:
         return "gpu-quick" if args.matrix == "quick" else "gpu"
-    if args.matrix is None and args.case and all(c.startswith("structured") for c in args.case):
-        return "structured"         # its own matrix: not part of --quick (see matrix.quick)
+    for own in ("structured", "rpc"):     # matrices of their own: not part of --quick
+        if args.matrix is None and args.case and all(c.startswith(own) for c in args.case):
+            return own
     return args.matrix or "quick"
 
 

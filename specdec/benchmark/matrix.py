@@ -253,35 +253,52 @@ def ci() -> Matrix:
                   oracle_check_n_max=(8,), expected_minutes=3)
 
 
-#: the quick matrix's wall time on 2 cores with peers built, measurement and checks (stated at
-#: its start): 2026-11-26 on an idle 2-core AMD EPYC, 6 minutes recording the oracle's
-#: continuations, then 295 steps of about 2.5 s (a run stopped at step 81 after 8.5 minutes
-#: estimated 22 more); over the 10 minutes it is meant to take
-QUICK_MINUTES = 30
+#: the quick matrix's wall time on 2 cores with peers built and the synthetic models made,
+#: measurement and checks (stated at its start): its steps at the per-step costs of idle
+#: 2-core AMD EPYC runs, about 494 s (see ``quick``)
+QUICK_MINUTES = 8
+#: the quick matrix's steps (``Runner``'s count, ``--list``) when ``QUICK_MINUTES`` was derived:
+#: a quick with more states a duration nobody derived (``tests/test_bench_ci.py``)
+QUICK_STEPS = 218
+
+# the oracle's draft lengths in ``quick``: the two that were the ceiling on every prompt of the
+# idle runs (n16, once n8 by 2%); n2 and n4 sit well below them and cost a recording each
+# (``full`` times all four: the ceiling per draft length)
+QUICK_ORACLE = tuple(m for m in ORACLE_TIMED if m.n_max >= 8)
 
 
 def quick() -> Matrix:
     """Every ratio of the note in one run, under 10 minutes on 2 cores: short prompts (the
-    prompt pass is most of a short run's time), the strongest llama.cpp n-gram modes."""
+    prompt pass is most of a short run's time), the strongest llama.cpp n-gram modes.
+
+    Sized from its 218 steps at the per-step costs of idle runs on a 2-core AMD EPYC
+    (2026-11-23/26: a quick run's first 82 steps, the CI tier, the 2026-11-23 quick baseline):
+    gemma about 281 s (8 prompt-rounds of 13 methods, ~220 s: llama.cpp's tools ~3 s a step,
+    specdec's 1-2 s, the oracle's ~1 s; the oracle's recording, 22 decodes, ~25 s; 6 exact
+    checks ~25 s; llama-bench, warm-ups and loads ~11 s) and each MTP case about 52 s (its
+    2 rounds ~15 s, llama-bench ~7 s, the interleaved floor ~24 s, checks and warm-ups ~7 s):
+    494 s. The same costs give 392 s for the 2026-11-23 quick (no oracle, exact or sampled
+    rows; llama-cpp-python's), which took 397 s (``bench/baselines/amd-epyc-2c.json``). Left to
+    ``full``: a second form of one drafter (``ngram`` adaptive: ``suffix`` is the adaptive
+    lookup drafter here), llama-cpp-python (the ratios issue 30 tracks are against llama.cpp's
+    tools), the oracle's short drafts (never the ceiling)."""
     gemma = Case("gemma3-270m", "gemma",
                  _pick(["code-api-head", "repeat-passage", "records-csv", "open-story"]),
                  (PLAIN, LLAMA_PLAIN,
-                  _s("ngram", "ngram", 3), _s("ngram", "ngram", LOOKUP_CAP, adaptive=True),
-                  _s("suffix", "suffix", LOOKUP_CAP, adaptive=True),
+                  _s("ngram", "ngram", 3), _s("suffix", "suffix", LOOKUP_CAP, adaptive=True),
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
-                  LLAMA_NGRAM_DEFAULT, LCP_PLAIN, Method(LCP, "ngram", "pld", 2), SAMPLED_PLAIN)
-                 + EXACT + ORACLE_TIMED,
+                  LLAMA_NGRAM_DEFAULT, SAMPLED_PLAIN)
+                 + EXACT + QUICK_ORACLE,
                  n_gen=128)
     # the best fixed n_max in the full sweep (2026-11-22, 2 cores): 3 at 90%, 2 at 70%, 1 at 50%;
     # Q8_0 at 70% only (the full matrix has every level in both weight types)
     mtp = tuple(_mtp_case(a, n, "mid", 128, dtype=dt, interleave=4)
                 for a, n, dt in ((0.9, (3,), ""), (0.7, (2,), ""), (0.5, (1,), ""),
                                  (0.7, (2,), "q8_0")))
-    # RPC at the largest delay only (``--full`` sweeps them)
-    rpc = _rpc_case(RPC_DELAYS_MS[-1], _pick(["code-api-head", "repeat-passage"]), 128)
-    # the structured cases have a matrix of their own (``--case structured``): served at two
-    # concurrencies against llama-server they take longer than the rest of this one
-    return Matrix("quick", (gemma,) + mtp + (rpc,), reps=2, check_tokens=48,
+    # the RPC case (``--case rpc``) and the structured cases (``--case structured``) have
+    # matrices of their own: eight server processes behind latency proxies, or serving at two
+    # concurrencies against llama-server, they would not fit this one's 10 minutes
+    return Matrix("quick", (gemma,) + mtp, reps=2, check_tokens=48,
                   bench_reps=1,
                   expected_minutes=QUICK_MINUTES)
 
@@ -368,12 +385,20 @@ def override(m: Matrix, *, reps: Optional[int] = None, n_gen: Optional[int] = No
     return replace(m, cases=cases, reps=reps or m.reps)
 
 
+def rpc() -> Matrix:
+    """``specdec bench --case rpc``: speculation across machines (``_rpc_case``) at the largest
+    delay alone, on two grounded prompts (``--full`` sweeps the delays and more prompts)."""
+    return Matrix("rpc", (_rpc_case(RPC_DELAYS_MS[-1], _pick(["code-api-head", "repeat-passage"]),
+                                    128),), reps=2, check_tokens=48, bench_reps=1)
+
+
 def structured() -> Matrix:
     """``specdec bench --case structured``: the structured cases alone (``structured_cases``)."""
     return Matrix("structured", structured_cases(), reps=2, check_tokens=48, bench_reps=1)
 
 
-MATRICES = {"ci": ci, "quick": quick, "full": full, "structured": structured, "gpu": gpu,
+MATRICES = {"ci": ci, "quick": quick, "full": full, "structured": structured, "rpc": rpc,
+            "gpu": gpu,
             "gpu-quick": lambda: gpu(quick=True)}
 
 
@@ -413,7 +438,8 @@ def select(m: Matrix, case_names: Optional[List[str]]) -> Matrix:
 
 
 __all__ = ["Case", "Matrix", "Method", "UnknownCase", "get", "ci", "quick", "full", "structured",
+           "rpc",
            "gpu", "tiny",
-           "select", "override", "with_prompts", "QUICK_MINUTES",
+           "select", "override", "with_prompts", "QUICK_MINUTES", "QUICK_STEPS",
            "SPECDEC", "LLAMA_CPP", "LCP", "ORACLE_TIMED", "SAMPLED_PLAIN", "RPC_DELAYS_MS",
            "LLAMA_SERVER", "JSON_SCHEMA", "structured_cases"]
