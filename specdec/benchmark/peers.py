@@ -15,16 +15,56 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from . import lcp_build, llama_tools
+from .matrix import LCP, LLAMA_CPP, LLAMA_SERVER, Case
 
 WORKER = Path(__file__).resolve().parent / "lcp_worker.py"
 
 
 class PeerUnavailable(RuntimeError):
     """A peer that cannot be built or run here; its rows say why."""
+
+
+def build_for(cases: Sequence[Case], log: Callable[[str], None]) -> Optional[str]:
+    """Build the peers ``cases`` run, up front as named steps: llama.cpp's tools and
+    llama-cpp-python (built on first use otherwise, inside the first case's timing: a quick
+    run measured on 2026-11-26 spent 262 s of its "oracle recording" building it). A failure
+    leaves their rows to say why; returns llama-cpp-python's build error, if any."""
+    want = set()
+    for c in cases:
+        for m in c.methods:
+            if m.side == LLAMA_CPP:
+                want.add({"plain": "llama-bench", "greedy": "llama-simple"}.get(
+                    m.family, "llama-speculative-simple"))
+            elif m.side == LLAMA_SERVER:
+                want.add("llama-server")
+    if want and not llama_tools.built(sorted(want)):
+        path = llama_tools.tools_dir() / "build.log"
+        log(f"building llama.cpp's {', '.join(sorted(want))} (once, into "
+            f"{llama_tools.tools_dir()}; a CPU build takes about 8 minutes on 2 cores, a GPU "
+            f"backend's kernels far longer; output in {path})")
+        t0 = time.monotonic()
+        try:
+            llama_tools.ensure_tools(sorted(want), log=path)
+            log(f"built llama.cpp's tools in {time.monotonic() - t0:.0f} s")
+        except Exception as e:  # noqa: BLE001 - the tools' rows say why
+            log(f"building llama.cpp's tools failed: {e}")
+    if any(m.side == LCP for c in cases for m in c.methods) and not lcp_build.built():
+        log(f"building llama-cpp-python {lcp_build.VERSION} (once, into {lcp_build.peer_dir()}; "
+            f"about 5 minutes on 2 cores; output in {lcp_build.peer_dir() / 'build.log'})")
+        t0 = time.monotonic()
+        try:
+            lcp_build.ensure()
+            log(f"built llama-cpp-python in {time.monotonic() - t0:.0f} s")
+        except Exception as e:  # noqa: BLE001 - its rows say why
+            error = f"llama-cpp-python {lcp_build.VERSION} build failed: {e}"
+            log(error)
+            return error
+    return None
 
 
 def llama_bench(model: str | os.PathLike[str], n_gen: int, *, threads: int = 2,

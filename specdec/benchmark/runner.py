@@ -26,11 +26,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from .. import api
 from .._progress import progress
 from .._core import Model
-from . import lcp_build, llama_tools, machine, peers
+from . import llama_tools, machine, peers
 from .case_models import CaseModels
 from .head_times import time_heads
 from .interleave import interleave
-from .matrix import LCP, LLAMA_CPP, LLAMA_SERVER, SPECDEC, Case, Matrix, Method
+from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
 from .prompts import Prompt
 from .timed_sample import (INJECT_ENV, forget_texts, inject_sleep_s,  # noqa: F401 (tests)
@@ -544,42 +544,9 @@ class Runner:
         return self._results(complete=True)
 
     def _build_tools(self) -> None:
-        """Build the peers this matrix runs, up front as named steps: llama.cpp's tools and
-        llama-cpp-python (built on first use otherwise, inside the first case's timing: a
-        quick run measured on 2026-11-26 spent 262 s of its "oracle recording" building it).
-        A failure leaves their rows to say why."""
-        if not (self.peers_enabled and self.build_peers):
-            return
-        want = set()
-        for c in self.m.cases:
-            for m in c.methods:
-                if m.side == LLAMA_CPP:
-                    want.add({"plain": "llama-bench", "greedy": "llama-simple"}.get(
-                        m.family, "llama-speculative-simple"))
-                elif m.side == LLAMA_SERVER:
-                    want.add("llama-server")
-        if want and not llama_tools.built(sorted(want)):
-            log = llama_tools.tools_dir() / "build.log"
-            self.log(f"building llama.cpp's {', '.join(sorted(want))} (once, into "
-                     f"{llama_tools.tools_dir()}; a CPU build takes about 8 minutes on 2 cores, "
-                     f"a GPU backend's kernels far longer; output in {log})")
-            t0 = time.monotonic()
-            try:
-                llama_tools.ensure_tools(sorted(want), log=log)
-                self.log(f"built llama.cpp's tools in {time.monotonic() - t0:.0f} s")
-            except Exception as e:  # noqa: BLE001 - the tools' rows say why
-                self.log(f"building llama.cpp's tools failed: {e}")
-        if any(m.side == LCP for c in self.m.cases for m in c.methods) and not lcp_build.built():
-            self.log(f"building llama-cpp-python {lcp_build.VERSION} (once, into "
-                     f"{lcp_build.peer_dir()}; about 5 minutes on 2 cores; output in "
-                     f"{lcp_build.peer_dir() / 'build.log'})")
-            t0 = time.monotonic()
-            try:
-                lcp_build.ensure()
-                self.log(f"built llama-cpp-python in {time.monotonic() - t0:.0f} s")
-            except Exception as e:  # noqa: BLE001 - its rows say why
-                self._lcp_error = f"llama-cpp-python {lcp_build.VERSION} build failed: {e}"
-                self.log(self._lcp_error)
+        """The peers this matrix runs, built up front as named steps (``peers.build_for``)."""
+        if self.peers_enabled and self.build_peers:
+            self._lcp_error = peers.build_for(self.m.cases, self.log)
 
     def _device(self) -> Optional[str]:
         """What the layers run on when not this CPU: the RPC stand-in or the GPUs' names."""
