@@ -262,7 +262,9 @@ def test_matrices_cover_the_issue():
                  "specdec plain / llama-bench",
                  "specdec plain t1 / specdec plain [sampling-cost, not gated]",
                  "specdec suffix adaptive / oracle best [oracle-share, not gated]",
-                 "specdec ngram best fixed / oracle best [oracle-share, not gated]"):
+                 "specdec ngram best fixed / oracle best [oracle-share, not gated]",
+                 *(f"{cat} prompts: best specdec / best llama.cpp configuration"
+                   for cat in ("code", "repeat", "records", "open"))):
         assert name in g, name
     mtp_cases = [c for c in q.cases if c.name.startswith("mtp-")]
     assert {c.name for c in mtp_cases} >= {"mtp-mid-q8_0-70", "mtp-mid-50"}
