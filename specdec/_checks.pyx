@@ -17,6 +17,10 @@ Decoder and Engine join and step requests themselves and need none of it.
 
 ``DrivenPolicy`` is a :class:`DraftPolicy` whose round steps tests call from Python.
 
+``sparse_head(n)`` sets how few tokens a grammar's row must allow to get only their logits
+(``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
+benchmarks' comparison of the two; it returns the value it replaced.
+
 Only tests and ``Decoder(check=True)`` import this module.
 """
 from libc.stdint cimport int32_t
@@ -28,7 +32,14 @@ from ._controller import new_policy
 from ._seq cimport _Seq
 from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
-from ._verify cimport Verifier
+from ._verify cimport Verifier, set_sparse_head
+
+
+def sparse_head(int n):
+    """Set ``_verify.SPARSE_HEAD`` to ``n`` (see the module's docstring); the old value."""
+    if n < 0:
+        raise ValueError("sparse_head takes n >= 0")
+    return set_sparse_head(n)
 
 
 cdef class _CheckingVerifier(Verifier):

@@ -379,6 +379,12 @@ cdef class Context:
         (ggml's own, per row pair), or ``""`` before the first lazy decode's logits."""
         return _lazy_head_kernel(self._head)
 
+    @property
+    def lazy_logits_masked_rows(self) -> int:
+        """Rows the lazy head computed for a grammar's allowed tokens only, so far
+        (``Context.masked_logits_c``)."""
+        return self._head.n_masked
+
     cdef double _watchdog_limit(self, int n) noexcept:
         """Seconds a decode of ``n`` tokens may run: ``decode_timeout`` when set, else
         WATCHDOG_FACTOR times what this context's slowest decode so far would take (at least
@@ -562,6 +568,24 @@ cdef class Context:
         if self._lazy:
             return _lazy_head_logits(self._head, self._out_row[i], self.n_vocab)
         return llama_get_logits_ith(self.ctx, i)
+
+    cdef float * masked_logits_c(self, int i, const uint32_t * bits) noexcept nogil:
+        """Batch row ``i``'s logits for the tokens set in ``bits`` only (the rest -inf), if
+        the lazy head has not computed the row yet; else NULL (read ``logits_c`` and mask)."""
+        if not self._lazy or i < 0 or i >= self._last_n_tokens or self._out_row[i] < 0:
+            return NULL
+        cdef int r = self._out_row[i]
+        if self._head.done[r]:
+            return NULL
+        sd_lm_head_compute_masked(self._head, r, bits)
+        return self._head.logits.data() + <size_t>r * self.n_vocab
+
+    cdef bint logits_ready_c(self, int i) noexcept nogil:
+        """Whether reading batch row ``i``'s logits costs nothing more (a lazy row not
+        computed yet costs a pass over the head)."""
+        if not self._lazy or i < 0 or i >= self._last_n_tokens or self._out_row[i] < 0:
+            return True
+        return self._head.done[self._out_row[i]] != 0
 
     cdef void prepare_logits_c(self, int i0, int n) noexcept nogil:
         """Compute the logits of batch rows ``i0 .. i0+n-1`` in one pass (lazy head only)."""

@@ -124,6 +124,8 @@ cdef class Context:
     cdef int _check_batch(self, Batch batch) except -1
     cdef int decode_c(self, Batch batch) except -1
     cdef float * logits_c(self, int i) noexcept nogil
+    cdef float * masked_logits_c(self, int i, const uint32_t * bits) noexcept nogil
+    cdef bint logits_ready_c(self, int i) noexcept nogil
     cdef void prepare_logits_c(self, int i0, int n) noexcept nogil
     cdef void prepare_logits_rows_c(self, const vector[int] & rows) noexcept nogil
     cdef float * mtp_hidden_c(self, int i) noexcept nogil

@@ -15,6 +15,8 @@ cdef class GrammarState:
     cdef bint replaced           # the last fit_draft_c replaced the proposal by forced tokens
     cdef readonly str error      # the matcher's error, if it failed mid-request
 
+    cdef const uint32_t * bits_c(self) except NULL
+    cdef void apply_c(self, float * logits) noexcept nogil
     cdef int mask_c(self, float * logits) except -1
     cdef bint allowed_c(self, int32_t tok) noexcept nogil
     cdef int advance_c(self, int32_t tok) except -1

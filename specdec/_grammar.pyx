@@ -5,8 +5,10 @@
 The constraint engine is llguidance (``LLMatcher``; compiled by ``specdec.constraint``).
 Its state follows the request's output: after ``last`` it gives the mask of verify row 0,
 after ``last, d1..di`` the mask of row ``i``. The verifier asks for one row's mask at a
-time (``mask_c``: one call into llguidance, which writes the bitmask into a preallocated
-buffer, then the logits outside the mask are set to -inf here, without the GIL) and
+time (``bits_c``: one call into llguidance, which writes the bitmask into a preallocated
+buffer), before the row's logits: a row that allows few tokens gets only their logits
+from the lazy LM head (``Context.masked_logits_c``), others are masked in full
+(``apply_c``: the logits outside the mask are set to -inf, without the GIL); and it
 advances the state by each token it keeps (``advance_c``); a rejected draft never
 entered the state, so nothing is rolled back after a verify. Greedy verification then
 takes the masked argmax, and sampled verification draws from the masked, renormalised
@@ -41,8 +43,9 @@ cdef class GrammarState:
         self.eos = eos
         self.error = None
 
-    cdef int mask_c(self, float * logits) except -1:
-        """Mask ``logits`` (one row) by the grammar state: tokens it refuses get -inf."""
+    cdef const uint32_t * bits_c(self) except NULL:
+        """The mask of the next token (a bit per token id, set: allowed): one call into
+        llguidance, which writes it into a preallocated buffer."""
         cdef uint32_t * w = self.bits.data()
         cdef size_t nbytes = self.bits.size() * 4
         self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
@@ -52,8 +55,17 @@ cdef class GrammarState:
             if self.error is None:
                 self.error = self.matcher.get_error() or "the grammar allows no token here"
             _set_only(w, self.bits.size(), self.eos)
+        return w
+
+    cdef void apply_c(self, float * logits) noexcept nogil:
+        """Tokens the last mask (``bits_c``) refuses get -inf in ``logits`` (one row)."""
+        _apply(self.bits.data(), logits, self.n_vocab)
+
+    cdef int mask_c(self, float * logits) except -1:
+        """Mask ``logits`` (one row) by the grammar state: tokens it refuses get -inf."""
+        self.bits_c()
         with nogil:
-            _apply(w, logits, self.n_vocab)
+            self.apply_c(logits)
         return 0
 
     cdef bint allowed_c(self, int32_t tok) noexcept nogil:

@@ -324,9 +324,12 @@ cdef extern from "_lm_head.h" nogil:
         cbool is_q8_0
         vector[float] logits
         vector[uint8_t] done
+        long long n_masked
     cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept
     void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
     void sd_lm_head_compute_rows(sd_lm_head * h, const int * rows, int n)
+    void sd_lm_head_compute_masked(sd_lm_head * h, int r, const uint32_t * bits)
+    long long sd_mask_count(const uint32_t * bits, long long n_vocab)
     void sd_lm_head_begin(sd_lm_head * h)
     void sd_lm_head_end(sd_lm_head * h)
 

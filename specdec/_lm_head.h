@@ -19,6 +19,8 @@
 // (the first one), checked to be a plain MUL_MAT of the norm by a host, non-repacked weight.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <thread>
@@ -137,6 +139,7 @@ struct sd_lm_head {
     std::vector<uint8_t> q;         // n_rows x q_row
     std::vector<float> logits;      // n_rows x n_vocab
     std::vector<uint8_t> done;      // per row: logits computed
+    long long n_masked = 0;         // rows computed for a grammar's allowed tokens only
 };
 
 static inline void sd_lm_head_disable(sd_lm_head * h, const char * why) {
@@ -336,6 +339,43 @@ static void sd_lm_head_compute_rows(sd_lm_head * h, const int * want, int n_want
     for (auto & th : pool) th.join();
 #endif
     for (int r : rows) h->done[r] = 1;
+}
+
+// tokens set in a mask of n_vocab bits (one bit per token id, 32 per word)
+static inline int64_t sd_mask_count(const uint32_t * bits, int64_t n_vocab) {
+    int64_t n = 0;
+    const int64_t full = n_vocab / 32;
+    for (int64_t j = 0; j < full; ++j) n += __builtin_popcount(bits[j]);
+    if (n_vocab % 32) n += __builtin_popcount(bits[full] & ((1u << (n_vocab % 32)) - 1u));
+    return n;
+}
+
+// Row r's logits for the tokens a grammar allows (``bits``), the others -inf; the row is
+// then done. Under a grammar most rows allow a few tokens (a JSON key, punctuation, digits:
+// often exactly one), and their logits are all verification reads: this costs one dot product
+// per allowed token instead of a pass over the whole head. Each logit is the same vec_dot of
+// the same quantized hidden row as a full pass's (the fused kernel gives vec_dot's bits), so
+// the masked row is bit-identical to a full row with the mask applied.
+static void sd_lm_head_compute_masked(sd_lm_head * h, int r, const uint32_t * bits) {
+    if (r < 0 || r >= h->n_rows || h->done[r]) return;
+    const int64_t n_embd = h->n_embd, n_vocab = h->n_vocab;
+    const float * x = h->hidden.data() + (size_t) r * n_embd;
+    uint8_t * q = h->q.data() + (size_t) r * h->q_row;
+    if (h->from_float) h->from_float(x, q, n_embd);
+    const void * xv = h->from_float ? (const void *) q : (const void *) x;
+    float * out = h->logits.data() + (size_t) r * n_vocab;
+    std::fill(out, out + n_vocab, -INFINITY);
+    const int64_t n_words = (n_vocab + 31) / 32;
+    for (int64_t j = 0; j < n_words; ++j) {
+        uint32_t w = bits[j];
+        while (w) {
+            const int64_t v = j * 32 + __builtin_ctz(w);
+            w &= w - 1;
+            if (v < n_vocab) h->vec_dot((int) n_embd, out + v, 0, h->w_data + (size_t) v * h->w_row, 0, xv, 0, 1);
+        }
+    }
+    h->done[r] = 1;
+    h->n_masked += 1;
 }
 
 // logits of rows [r0, r1) that are not done yet, in one pass over the weights

@@ -18,13 +18,18 @@ cdef class Verifier:
     cdef GrammarState grammar    # the verified sequence's grammar (None: unconstrained)
     cdef vector[int32_t] q_ids   # a draft position's distribution under the grammar
     cdef vector[float] q_probs
+    cdef int v_end               # one past the last row of the verification under way (0: none)
+    cdef int v_passes            # passes over the head _ready_rows made in it
 
     cdef float * row_logits(self, int row) except NULL
+    cdef void _ready_rows(self, int row) noexcept nogil
     cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
                         const int32_t * before=*, int n_before=*) except -1
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1
     cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
                        int32_t * y) except -1
+    cdef int _rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
+                        int32_t * y, bint grammar) except -1
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1
     cdef int prefetch(self, list seqs) except -1
@@ -34,3 +39,6 @@ cdef class Verifier:
     # hooks for tests (specdec._checks overrides them); the defaults cost a virtual call
     cdef bint _accepts(self, double u, float px, float qx) noexcept
     cdef int _on_argmax(self, int row, int32_t y) except -1
+
+
+cdef int set_sparse_head(int n) noexcept

@@ -30,15 +30,31 @@ Penalties and ``logit_bias`` (``pen``, set by the controller per sequence) trans
 ``row0 + i`` with the history up to it, the output plus ``d1..di``, before argmax or the
 distribution is taken, and are undone right after (see ``_penalty.pyx``).
 """
-from libc.stdint cimport int32_t
+from libc.stdint cimport int32_t, uint32_t
 
 from ._core cimport Context
+from ._llama cimport sd_mask_count
 from ._sampling cimport SamplingParams, Rng, Distribution, argmax
 from ._penalty cimport Penalty
 from ._timing cimport Clock, lap, T_HEAD, T_VERIFY
 from ._grammar cimport GrammarState
 from .drafters._base cimport Draft
 from ._seq cimport _Seq
+
+
+# a grammar's row with at most n_vocab / SPARSE_HEAD allowed tokens gets only their logits
+# (a dot product each, against a pass over the whole head: with gemma's 262k vocabulary
+# up to 16k tokens, about 1/16 of a pass's reads); 0: off, a grammar's rows are computed
+# whole and masked after (``_checks.sparse_head``: the tests' and benchmarks' comparison)
+cdef int SPARSE_HEAD = 16
+
+
+cdef int set_sparse_head(int n) noexcept:
+    """Set ``SPARSE_HEAD``; returns the value it had."""
+    global SPARSE_HEAD
+    cdef int old = SPARSE_HEAD
+    SPARSE_HEAD = n
+    return old
 
 
 cdef class Verifier:
@@ -56,13 +72,46 @@ cdef class Verifier:
 
     cdef float * row_logits(self, int row) except NULL:
         """The logits of batch ``row`` as verification sees them: masked by the sequence's
-        grammar (in place; its state is the one after the tokens before the row)."""
-        cdef float * lg = self.ctx.logits_c(row)
+        grammar (in place; its state is the one after the tokens before the row).
+
+        Under a grammar the mask comes first. With the lazy LM head, a row that allows at
+        most ``n_vocab / SPARSE_HEAD`` tokens (a JSON key, punctuation, digits, an enum's
+        tail) gets only their logits, one dot product each (``Context.masked_logits_c``);
+        another gets the whole row, computed with the rest of the verification's rows
+        (``_ready_rows``), then masked. Either way the allowed tokens' logits are the same
+        bits, the others -inf."""
+        cdef float * lg = NULL
+        cdef const uint32_t * w
+        if self.grammar is not None:
+            w = self.grammar.bits_c()
+            if SPARSE_HEAD > 0 and not self.ctx.logits_ready_c(row):
+                if self.clock != NULL:
+                    lap(self.clock, T_VERIFY)
+                if sd_mask_count(w, self.n_vocab) * SPARSE_HEAD <= self.n_vocab:
+                    lg = self.ctx.masked_logits_c(row, w)
+                else:
+                    self._ready_rows(row)
+                if self.clock != NULL:
+                    lap(self.clock, T_HEAD)
+            if lg == NULL:
+                lg = self.ctx.logits_c(row)
+                if lg != NULL:
+                    self.grammar.apply_c(lg)
+        else:
+            lg = self.ctx.logits_c(row)
         if lg == NULL:
             raise RuntimeError(f"no logits at batch row {row}")
-        if self.grammar is not None:
-            self.grammar.mask_c(lg)
         return lg
+
+    cdef void _ready_rows(self, int row) noexcept nogil:
+        """Under a grammar, the whole logits of ``row`` (not computed yet), with the rows after
+        it up to the verification's last (``v_end``) as ``ready`` takes them: two rows in the
+        first pass, the rest in a second (a row of those that allows few tokens is then
+        computed whole: text such as a copied string runs over several rows)."""
+        cdef int end = max(self.v_end, row + 1)
+        cdef int c = min(2, end - row) if self.v_passes == 0 else end - row
+        self.v_passes += 1
+        self.ctx.prepare_logits_c(row, c)
 
     cdef int32_t sample(self, int row, bint greedy, const SamplingParams & sp, Rng rng,
                         const int32_t * before=NULL, int n_before=0) except -1:
@@ -90,23 +139,41 @@ cdef class Verifier:
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1:
         """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``."""
         cdef int a = 0, n_ready = 0
+        cdef bint grammar = self.grammar is not None and SPARSE_HEAD > 0
         cdef SamplingParams sp
-        while True:
-            n_ready = self.ready(row0, a, k, n_ready)
-            y[0] = self.sample(row0 + a, True, sp, None, draft.tokens.data(), a)
-            if a < k and draft.tokens[a] == y[0]:
-                a += 1
-                continue
-            return a
+        self.v_end, self.v_passes = row0 + k + 1, 0
+        try:
+            while True:
+                if not grammar:
+                    n_ready = self.ready(row0, a, k, n_ready)
+                y[0] = self.sample(row0 + a, True, sp, None, draft.tokens.data(), a)
+                if a < k and draft.tokens[a] == y[0]:
+                    a += 1
+                    continue
+                return a
+        finally:
+            self.v_end = 0
 
     cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
                        int32_t * y) except -1:
         """Rejection sampling; returns ``a`` and sets ``y`` (recovered or bonus token)."""
+        cdef bint grammar = self.grammar is not None and SPARSE_HEAD > 0
+        self.v_end, self.v_passes = row0 + k + 1, 0
+        try:
+            return self._rejection(row0, draft, k, sp, rng, y, grammar)
+        finally:
+            self.v_end = 0
+
+    cdef int _rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
+                        int32_t * y, bint grammar) except -1:
+        """``rejection``'s loop (``grammar``: rows are computed as their masks allow,
+        ``row_logits``)."""
         cdef int a = 0, n_ready = 0
         cdef int32_t x
         cdef float px, qx, one = 1.0
         while a < k:
-            n_ready = self.ready(row0, a, k, n_ready)
+            if not grammar:
+                n_ready = self.ready(row0, a, k, n_ready)
             self._distribution(row0 + a, sp, draft.tokens.data(), a)
             x = draft.tokens[a]
             px = self.dist.prob_of(x)
@@ -130,7 +197,8 @@ cdef class Verifier:
             else:
                 y[0] = self.dist.sample_residual(rng, &x, &one, 1)
             return a
-        self.ready(row0, k, k, n_ready)
+        if not grammar:
+            self.ready(row0, k, k, n_ready)
         y[0] = self.sample(row0 + k, False, sp, rng, draft.tokens.data(), k)
         return a
 
@@ -227,12 +295,14 @@ cdef class Verifier:
         if not self.ctx._lazy:
             return 0
         for s in seqs:
+            if s.req.grammar is not None and SPARSE_HEAD > 0:
+                continue      # their rows wait for their masks (``row_logits``)
             for i in range(min(2, s.k + 1)):
                 rows.push_back(s.row0 + i)
         self.ctx.prepare_logits_rows_c(rows)
         rows.clear()
         for s in seqs:
-            if (s.req.greedy and s.k >= 2
+            if (s.req.greedy and s.k >= 2 and (s.req.grammar is None or SPARSE_HEAD == 0)
                     and argmax(self.ctx.logits_c(s.row0), n_vocab) == s.draft.tokens[0]
                     and argmax(self.ctx.logits_c(s.row0 + 1), n_vocab) == s.draft.tokens[1]):
                 for i in range(2, s.k + 1):

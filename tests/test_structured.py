@@ -212,3 +212,29 @@ def test_gbnf_quantifier_of_a_quantified_group(tiny_bytes, gbnf, rx):
         res = Decoder(tiny_bytes, drafter="ngram", n_max=4, n_ctx=256).generate(
             "x", max_tokens=40, grammar=gbnf, sampling={"temperature": 1.0, "seed": seed})
         assert res.finish_reason == "eos" and re.fullmatch(rx, res.text), res.text
+
+
+@pytest.mark.parametrize("drafter", [None, "ngram"])
+def test_masked_rows_of_the_head_give_what_whole_rows_give(exact_gemma, drafter):
+    """Under a grammar a row that allows few tokens gets only their logits from the lazy
+    head (``Context.masked_logits_c``); they are the same bits as a whole row's, so the
+    tokens, their logprobs and a seeded sampled answer are those of whole rows masked after
+    (``_checks.sparse_head(0)``)."""
+    from specdec import _checks
+
+    def run(n):
+        old = _checks.sparse_head(n)
+        try:
+            dec = Decoder(exact_gemma, drafter=drafter, n_max=6, exact=True, n_ctx=1024)
+            greedy = dec.generate(PROMPT, max_tokens=48, json_schema=PERSON, logprobs=3)
+            sampled = dec.generate(PROMPT, max_tokens=48, json_schema=PERSON,
+                                   sampling={"temperature": 1.0, "seed": 7})
+            return greedy, sampled, dec._core.ctx.lazy_logits_masked_rows
+        finally:
+            _checks.sparse_head(old)
+
+    whole, sparse = run(0), run(16)
+    assert whole[2] == 0 and sparse[2] > 0          # the masked rows were taken
+    assert sparse[0].tokens == whole[0].tokens and sparse[1].tokens == whole[1].tokens
+    assert sparse[0].logprobs == whole[0].logprobs
+    jsonschema.validate(json.loads(sparse[0].text), PERSON)
