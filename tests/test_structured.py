@@ -225,7 +225,8 @@ def test_masked_rows_of_the_head_give_what_whole_rows_give(exact_gemma, drafter)
     def run(n):
         old = _checks.sparse_head(n)
         try:
-            dec = Decoder(exact_gemma, drafter=drafter, n_max=6, exact=True, n_ctx=1024)
+            dec = Decoder(exact_gemma, drafter=drafter, n_max=6, exact=True, n_ctx=1024,
+                          lazy_logits=True)
             greedy = dec.generate(PROMPT, max_tokens=48, json_schema=PERSON, logprobs=3)
             sampled = dec.generate(PROMPT, max_tokens=48, json_schema=PERSON,
                                    sampling={"temperature": 1.0, "seed": 7})
