@@ -28,7 +28,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from . import cache
 from ._build_facts import LLAMA_CPP_PIN
-from ._core import Batch, Context
+from ._core import Batch, Context, LlamaAbortError
 from ._cpu import cpu_model
 
 #: bump when the measurement or the record changes meaning: older records are then ignored
@@ -149,8 +149,11 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
             med[(True, n)] = statistics.median(runs[True])
             med[(False, n)] = statistics.median(runs[False])
     finally:
-        ctx.seq_rm(0, -1, -1)
-        ctx.set_lazy_head(True)
+        try:
+            ctx.seq_rm(0, -1, -1)
+            ctx.set_lazy_head(True)
+        except LlamaAbortError:
+            pass   # a decode above aborted (the context is freed): its error is the one raised
     v = verify_rows if verify_rows > 0 else None
     return HeadTimes(med[(True, plain_rows)], med[(False, plain_rows)],
                      med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0)

@@ -80,11 +80,16 @@ def test_decode_abort_leaves_context_unusable(no_attention_path, tiny_dense_path
 
 
 def test_decoder_surfaces_the_abort(no_attention_path, tiny_dense_path):
-    dec = Decoder(no_attention_path, drafter="ngram", n_ctx=128)
+    dec = Decoder(no_attention_path, drafter="ngram", n_ctx=128, lazy_logits=False)
     with pytest.raises(LlamaAbortError):
         dec.generate("hello", max_tokens=4)
     with pytest.raises(LlamaAbortError, match="unusable"):
         dec.generate("hello", max_tokens=4)
+    # with the head chosen by timing it (the default), the first decode is at load: the
+    # Decoder is not made, and the abort is the one error raised
+    with pytest.raises(LlamaAbortError, match="GGML_ASSERT") as ei:
+        Decoder(no_attention_path, drafter="ngram", n_ctx=128)
+    assert ei.value.__context__ is None
     assert len(_greedy(tiny_dense_path)) == 12
 
 
