@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.benchmark import compare, machine, matrix, report
+from specdec.benchmark import compare, machine, matrix, report, report_md
 from specdec.benchmark.runner import Runner
 
 BASELINES = Path(__file__).resolve().parent / "baselines"
@@ -26,7 +26,7 @@ def test_ci_tier(benchmark, tmp_path):
     benchmark.extra_info["ratios"] = {k: v["value"] for k, v in res["ratios"].items()}
     benchmark.extra_info["spread"] = {k: v["spread"] for k, v in res["ratios"].items()}
     benchmark.extra_info["machine"] = res["machine"]
-    print("\n" + report.markdown(res))
+    print("\n" + report_md.markdown(res))
     assert not res["failures"], res["failures"]
     base_path = BASELINES / f"ci-{machine.machine_class()}.json"
     if not base_path.exists():

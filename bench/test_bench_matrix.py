@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from specdec.benchmark import matrix, report
+from specdec.benchmark import matrix, report, report_md
 from specdec.benchmark.runner import Runner, rows_of
 
 MATRIX = matrix.get(os.environ.get("SPECDEC_BENCH_MATRIX", "quick"))
@@ -25,7 +25,7 @@ def test_case(benchmark, case):
                              rounds=1, iterations=1)
     benchmark.extra_info["ratios"] = {k: v["value"] for k, v in res["ratios"].items()}
     benchmark.extra_info["machine"] = res["machine"]
-    print("\n" + report.markdown(res))
+    print("\n" + report_md.markdown(res))
     assert not res["failures"], res["failures"]
     broken = [f"{r.method} / {r.prompt}: {r.note}" for r in rows_of(res)
               if r.side == "specdec" and r.status != "ok"]

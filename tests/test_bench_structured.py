@@ -6,7 +6,7 @@ import pytest
 pytest.importorskip("llguidance")
 pytest.importorskip("starlette")
 
-from specdec.benchmark import listing, matrix, report, structured  # noqa: E402
+from specdec.benchmark import listing, matrix, report, report_md, structured  # noqa: E402
 from specdec.benchmark.case_models import CaseModels  # noqa: E402
 from specdec.benchmark.runner import Runner, rows_of  # noqa: E402
 from specdec.benchmark.structured_prompts import ORDER_SCHEMA, Request  # noqa: E402
@@ -62,7 +62,7 @@ def test_the_structured_case_runs_and_reports_its_ratios(tmp_path, monkeypatch):
     assert ratios["structured-c1: specdec plain json_schema / specdec plain"]["kind"] == \
         "constraint-cost"
     assert results["failures"] == []
-    md = report.markdown(results)
+    md = report_md.markdown(results)
     assert "## structured-c1" in md and "specdec suffix adaptive json_schema" in md
     # --list names the same ratios, the one against llama-server first among them
     listed = listing.case_ratios(case)

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from specdec.benchmark import compare, matrix, report
+from specdec.benchmark import compare, matrix, report, report_md
 from specdec.benchmark.runner import INJECT_ENV, Runner, rows_of
 
 
@@ -87,7 +87,7 @@ def test_report_json_markdown_and_baseline(tiny_results, tmp_path):
     path = report.save_json(tiny_results, tmp_path / "r" / "results.json")
     again = report.finalize(report.load_json(path))
     assert again["ratios"] == json.loads(json.dumps(tiny_results["ratios"]))
-    md = report.markdown(again)
+    md = report_md.markdown(again)
     assert "## mtp-tiny-90" in md and "| specdec mtp n2 |" in md and "PASS" in md
     assert "specdec mtp best fixed / specdec plain" in md
     base = report.baseline_of(again)
@@ -103,7 +103,7 @@ def test_markdown_marks_a_wrong_method(tiny_results):
             r["check"] = "FAIL"
     broken = report.finalize(broken)
     assert broken["failures"] == ["mtp-tiny-90 / bigram / specdec mtp n2: FAIL"]
-    assert "**FAIL**" in report.markdown(broken)
+    assert "**FAIL**" in report_md.markdown(broken)
 
 
 def test_plots_are_written(tiny_results, tmp_path):
@@ -153,7 +153,7 @@ def test_interleaved_rows_ratio_and_table(bench_cache):
     # the interleaved rows stay out of the per-prompt ratios and the exact check
     assert "mtp-tiny-90: specdec mtp adaptive / specdec plain" in res["ratios"]
     assert r.check == ""
-    md = report.markdown(res)
+    md = report_md.markdown(res)
     assert "timed round by round in turn with plain decoding" in md
     assert "| specdec mtp adaptive | bigram |" in md
 
@@ -186,7 +186,7 @@ def test_oracle_rows_ceiling_and_shares(bench_cache, tmp_path):
     assert share["value"] == pytest.approx(mtp.tok_s / best.tok_s, rel=1e-3, abs=1e-4)
     # the oracle is never "the best specdec drafter" of the n-gram comparisons
     assert not any("oracle best fixed / specdec plain" in k for k in res["ratios"])
-    md = report.markdown(res)
+    md = report_md.markdown(res)
     assert "| oracle n2 speedup |" in md and "| specdec mtp n2 |" in md
     paths = plots.write_all(res, tmp_path / "plots")
     assert paths[-1].name == "oracle.png" and paths[-1].read_bytes()[:4] == b"\x89PNG"
@@ -210,7 +210,7 @@ def test_unavailable_peer_gets_a_row_saying_why(bench_cache):
     res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
     gone = [r for r in rows_of(res) if r.side == "llama.cpp"]
     assert gone and all(r.status == "unavailable" and "--no-peers" in r.note for r in gone)
-    assert "## Methods that did not run" in report.markdown(res)
+    assert "## Methods that did not run" in report_md.markdown(res)
 
 
 @pytest.mark.slow

@@ -351,7 +351,7 @@ def _engine_mtp(args: argparse.Namespace, log: Callable[[str], None],
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import report
+    from . import report, report_md
 
     from tqdm import tqdm
 
@@ -390,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{out / 'results.json'}", file=sys.stderr)
             return EXIT_INTERRUPTED
     report.save_json(results, out / "results.json")
-    md = report.markdown(results)
+    md = report_md.markdown(results)
     (out / "report.md").write_text(md)
     print(md)
     if not args.no_plots and results["rows"]:
