@@ -8,6 +8,7 @@ exact-mode output differs from plain greedy output or a specdec method did not r
 ``specdec bench`` runs the same matrix in one command with plots and the gate.
 """
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -20,7 +21,7 @@ MATRIX = matrix.get(os.environ.get("SPECDEC_BENCH_MATRIX", "quick"))
 @pytest.mark.peer
 @pytest.mark.parametrize("case", MATRIX.cases, ids=lambda c: c.name)
 def test_case(benchmark, case):
-    one = matrix.Matrix(MATRIX.name, (case,), MATRIX.reps, MATRIX.check_tokens, MATRIX.bench_reps)
+    one = replace(MATRIX, cases=(case,))     # the matrix's settings, this case alone
     res = benchmark.pedantic(lambda: report.finalize(Runner(one, log=print).run()),
                              rounds=1, iterations=1)
     benchmark.extra_info["ratios"] = {k: v["value"] for k, v in res["ratios"].items()}
