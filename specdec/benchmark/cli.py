@@ -254,7 +254,7 @@ def _measure(args: argparse.Namespace, out: Path, log: Callable[[str], None]) ->
             raise BadUsage(str(e)) from None
     if args.reps or args.n_gen:
         m = mx.override(m, reps=args.reps, n_gen=args.n_gen)
-    if m.expected_minutes and not args.case and not args.reps and not args.n_gen:
+    if m.expected_minutes and not (args.case or args.reps or args.n_gen or args.prompt_file):
         log(f"{m.name} matrix: expected about {m.expected_minutes:g} minutes on 2 cores with "
             f"peers built (building them first takes about 10 more, once)")
     path = out / "results.json"
