@@ -21,6 +21,10 @@ Decoder and Engine join and step requests themselves and need none of it.
 (``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
 benchmarks' comparison of the two; it returns the value it replaced.
 
+``steady_rows(mode)`` sets whether controllers built after it hold a lone sequence's verify
+rows to one shape (``_steady_rows``: 1 always, 0 never, -1 where the target is on a CUDA
+device); it returns the mode it replaced.
+
 Only tests and ``Decoder(check=True)`` import this module.
 """
 from libc.stdint cimport int32_t
@@ -33,6 +37,7 @@ from ._seq cimport _Seq
 from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
 from ._verify cimport Verifier, set_sparse_head
+from ._steady_rows cimport set_steady
 
 
 def sparse_head(int n):
@@ -40,6 +45,13 @@ def sparse_head(int n):
     if n < 0:
         raise ValueError("sparse_head takes n >= 0")
     return set_sparse_head(n)
+
+
+def steady_rows(int mode):
+    """Set ``_steady_rows.STEADY`` to ``mode`` (see the module's docstring); the old mode."""
+    if mode not in (-1, 0, 1):
+        raise ValueError("steady_rows takes -1 (auto), 0 or 1")
+    return set_steady(mode)
 
 
 cdef class _CheckingVerifier(Verifier):

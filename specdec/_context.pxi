@@ -545,6 +545,9 @@ cdef class Context:
         self._lazy = _lazy_head_finish(self._head, n_out, self.n_vocab) == 1
         self._last_n_tokens = n
         self.n_decodes += 1
+        if n != self._shape_rows or n_out != self._shape_out or most != self._shape_most:
+            self.n_shape_changes += 1
+            self._shape_rows, self._shape_out, self._shape_most = n, n_out, most
         self._layer_inp_ok = not self._layer_inp.empty()
         self._out_row.resize(n)
         k = 0

@@ -23,6 +23,7 @@ cdef class Controller:
     cdef readonly int n_swa      # attention-only target with sliding-window layers: their window
     cdef readonly int max_rows   # rows a verify batch may hold (one ubatch with a window cache)
     cdef bint exact
+    cdef readonly bint steady    # a lone sequence's verify rows held to one shape (``_steady_rows``)
     cdef Rollback rollback       # how the target's memory forgets rejected drafts
     cdef PrefixReuse prefix      # what a join keeps of what its slot held
     cdef Verifier verifier

@@ -39,6 +39,7 @@ from ._grammar cimport GrammarState
 from ._seq cimport _Seq, _SeqRequest, _SeqCounters, new_request, NO_DRAFT, DRAFTED, FILLER, FORCED
 from ._rollback cimport rollback_for
 from ._ubatch_split cimport even_rows
+from ._steady_rows cimport steady_for, steady_height
 from ._prefix_reuse cimport PrefixReuse, HeldState
 from ._propose cimport propose
 from .drafters._base cimport Drafter, Asks
@@ -105,6 +106,7 @@ cdef class Controller:
                              "batch-invariant for every verify batch: "
                              f"ctx.check_batch_invariance({verify_rows}) (Decoder and Engine run it)")
         self.exact = exact
+        self.steady = steady_for(ctx, exact)
         self.prefix = PrefixReuse(ctx, self.n_swa, exact)
         self.n_ctx_seq = min(n_ctx_seq, ctx.n_ctx_seq) if n_ctx_seq > 0 else ctx.n_ctx_seq
         self.isolate = isolate
@@ -360,6 +362,8 @@ cdef class Controller:
             self._pad(in_batch)
         else:
             even_rows(self.rollback, self.batch_cost, in_batch, self.max_rows)
+            if self.steady and len(in_batch) == 1:
+                steady_height(self.rollback, <_Seq> in_batch[0], self.n_ctx_seq)
         self.totals.rounds += 1
         cdef list group
         for group in self.rollback.groups(in_batch, False):
@@ -391,8 +395,8 @@ cdef class Controller:
             self.batch.add_c(s.last, s.mem.n_past, s.id, True)
             for i in range(s.k):
                 self.batch.add_c(s.draft.tokens[i], s.mem.n_past + 1 + i, s.id, True)
-            for i in range(s.n_pad):
-                self.batch.add_c(s.last, s.mem.n_past + 1 + s.k + i, s.id, False)
+            for i in range(s.n_pad):     # (held to one shape: their outputs too)
+                self.batch.add_c(s.last, s.mem.n_past + 1 + s.k + i, s.id, self.steady)
         lap(&self.clock, T_CONTROL)
         self.rollback.before_decode(group)
         self.ctx.decode_c(self.batch)

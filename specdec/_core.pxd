@@ -107,6 +107,10 @@ cdef class Context:
     cdef int _n_feat            # DFlash drafts: width of a feature row (target layers x n_embd)
     cdef readonly bint causal_attn   # False: every row attends to the whole sequence (DFlash)
     cdef readonly long long n_decodes  # decodes run (how a drafter batches is counted by them)
+    # decodes whose shape (rows, outputs, most rows of one sequence) differed from the one
+    # before: each is a new compute graph, which a CUDA backend runs uncaptured, then captures
+    cdef readonly long long n_shape_changes
+    cdef int _shape_rows, _shape_out, _shape_most
     cdef readonly long long n_encodes  # encoder calls run (EAGLE-3)
 
     cdef int _enter(self) except -1

@@ -140,6 +140,7 @@ class Context:
     other: Optional["Context"]
     causal_attn: bool
     n_decodes: int
+    n_shape_changes: int
     n_encodes: int
     backends: List[str]
     swa_full: bool
