@@ -145,11 +145,14 @@ MTP_HEADS = ("mtp", "mtp:q4_0")
 def _mtp_case(acc: float, n_max_list: Tuple[int, ...], size: str, n_gen: int,
               arch: str = "qwen35", dtype: str = "", interleave: int = 0,
               heads: Tuple[str, ...] = MTP_HEADS, adaptive_cap: int = 4,
-              greedy_peer: bool = False) -> Case:
+              greedy_peer: bool = False, llama_plain: bool = True) -> Case:
     """specdec (both heads) and llama.cpp's draft-mtp at each fixed ``n_max``, plus specdec's
     adaptive policy (also timed round by round against plain decoding, ``interleave``
-    requests: the floor "never below 0.97x plain" is a question of a few percent)."""
-    methods = [PLAIN, LLAMA_PLAIN] + ([LLAMA_GREEDY] if greedy_peer else [])
+    requests: the floor "never below 0.97x plain" is a question of a few percent).
+    ``llama_plain``: llama-bench's plain decoding too (its trunk's speed, the same at every
+    head accuracy: a matrix may time it once per size and weight type)."""
+    methods = ([PLAIN] + ([LLAMA_PLAIN] if llama_plain else [])
+               + ([LLAMA_GREEDY] if greedy_peer else []))
     for head in heads:
         methods += [_s("mtp", head, n) for n in n_max_list]
     methods += [Method(LLAMA_CPP, "mtp", "draft-mtp", n) for n in n_max_list]
@@ -258,15 +261,12 @@ def ci() -> Matrix:
 QUICK_MINUTES = 10   # estimate from the 2026-11-27 run's step costs; replaced by the measurement
 #: the quick matrix's steps (``Runner``'s count, ``--list``) when ``QUICK_MINUTES`` was derived:
 #: a quick with more states a duration nobody derived (``tests/test_bench_ci.py``)
-QUICK_STEPS = 181
+QUICK_STEPS = 168
 
 # the oracle's draft length in ``quick``: the one that was the ceiling on every prompt of the
 # idle runs but once (n8, by 2%); each oracle row costs a recording of its own, and n2/n4/n8 sit
 # at or below it (``full`` times all four: the ceiling per draft length)
 QUICK_ORACLE = tuple(m for m in ORACLE_TIMED if m.n_max == 16)
-#: gemma's tokens per generation in ``quick`` (``full``: 256): its 72 timed steps are most of
-#: the run, and a decode's cost is mostly its tokens
-QUICK_GEMMA_TOKENS = 96
 
 
 def quick() -> Matrix:
@@ -275,15 +275,19 @@ def quick() -> Matrix:
     its defaults, sampled plain decoding, the oracle's ceiling, and MTP at 90/70/50% and
     Q8_0-70% with the adaptive floor timed interleaved.
 
-    Sized from the step costs of the idle 2-core AMD EPYC run of 2026-11-27 (769 s, 218 steps):
-    gemma's 8 prompt-rounds of 9 timed methods at 96 tokens (llama.cpp's tools ~4 s a step:
-    each loads the model; specdec's 2-3 s), the oracle's recording (~13 decodes), 4 exact checks
-    at 32 tokens; each MTP case ~65 s (2 rounds ~25 s, llama-bench ~8 s, the interleaved floor of
-    both heads over 3 requests ~23 s, setup and checks ~9 s). Left to ``full``: exact mode's
-    speed rows (``EXACT``: shown, never tracked; the exact-mode *checks* of every drafter stay),
-    the oracle's shorter drafts, a second form of one drafter (``ngram`` adaptive: ``suffix`` is
-    the adaptive lookup drafter here), llama-cpp-python (the ratios issue 30 tracks are against
-    llama.cpp's tools)."""
+    Sized from the idle 2-core AMD EPYC runs of 2026-11-27: 769 s for 218 steps, then 515 s
+    for this matrix with Gemma at 96 tokens, where the adaptive suffix drafter's warm-up
+    weighed on its rows (0.87x plain against 1.07x at 128 tokens): Gemma is back at 128 tokens,
+    about 250 s of its 8 prompt-rounds of 9 timed methods (llama.cpp's tools ~5 s a step: each
+    loads the model; specdec's ~2.5 s), 30 s of the oracle's recording, 25 s of exact checks;
+    each MTP case about 60 s (2 rounds ~20 s, the interleaved floor of both heads over 3
+    requests ~23 s, setup and checks ~9 s) and llama-bench's plain decoding once per trunk
+    (mtp-mid-90 and the Q8_0 copy: the 70% and 50% models differ from the 90% one only in
+    their head's noise). Left to ``full``: exact mode's speed rows (``EXACT``: shown, never
+    tracked; the exact-mode *checks* of every drafter stay), the oracle's shorter drafts and
+    its exact check at short verify batches (the drafters' checks verify those), a second
+    form of one drafter (``ngram`` adaptive: ``suffix`` is the adaptive lookup drafter here),
+    llama-cpp-python (the ratios issue 30 tracks are against llama.cpp's tools)."""
     gemma = Case("gemma3-270m", "gemma",
                  _pick(["code-api-head", "repeat-passage", "records-csv", "open-story"]),
                  (PLAIN, LLAMA_PLAIN,
@@ -291,17 +295,17 @@ def quick() -> Matrix:
                   _llama_ngram(3), _llama_ngram(3, "ngram-map-k"), _llama_ngram(8, "ngram-mod"),
                   LLAMA_NGRAM_DEFAULT, SAMPLED_PLAIN)
                  + QUICK_ORACLE,
-                 n_gen=QUICK_GEMMA_TOKENS)
+                 n_gen=128)
     # the best fixed n_max in the full sweep (2026-11-22, 2 cores): 3 at 90%, 2 at 70%, 1 at 50%;
     # Q8_0 at 70% only (the full matrix has every level in both weight types)
-    mtp = tuple(_mtp_case(a, n, "mid", 128, dtype=dt, interleave=3)
-                for a, n, dt in ((0.9, (3,), ""), (0.7, (2,), ""), (0.5, (1,), ""),
-                                 (0.7, (2,), "q8_0")))
+    mtp = tuple(_mtp_case(a, n, "mid", 128, dtype=dt, interleave=3, llama_plain=lp)
+                for a, n, dt, lp in ((0.9, (3,), "", True), (0.7, (2,), "", False),
+                                     (0.5, (1,), "", False), (0.7, (2,), "q8_0", True)))
     # the RPC case (``--case rpc``) and the structured cases (``--case structured``) have
     # matrices of their own: eight server processes behind latency proxies, or serving at two
     # concurrencies against llama-server, they would not fit this one's 10 minutes
     return Matrix("quick", (gemma,) + mtp, reps=2, check_tokens=32,
-                  bench_reps=1, oracle_check_n_max=(4, 16),
+                  bench_reps=1, oracle_check_n_max=(16,),
                   expected_minutes=QUICK_MINUTES)
 
 
