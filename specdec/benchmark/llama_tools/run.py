@@ -224,7 +224,10 @@ def run_spec_simple(
     with tempfile.NamedTemporaryFile("wb", suffix=".txt") as f:
         f.write(prompt.encode() + b"\n")
         f.flush()
-        cmd += ["-f", f.name, *extra] + (["-v"] if drafts else [])
+        # --no-escape: common_params turns "\\n", "\\t", "\\r" ... in a prompt into control
+        # characters by default, so a source file with escapes in its string literals (C, Python)
+        # would be another prompt on this side than on specdec's
+        cmd += ["-f", f.name, "--no-escape", *extra] + (["-v"] if drafts else [])
         # llama.cpp's logger writes from a thread and is never flushed at exit (common/log.cpp
         # leaks it on purpose), so a run can lose the tail of its log, summary included: seen
         # with -v in about 1 of 20 runs, and without -v as a log cut between the timing lines
