@@ -138,6 +138,57 @@ def test_interleave_times_each_side_on_the_same_requests(bench_cache):
     assert plain.generate([5, 6], max_tokens=2).tokens and ad.generate([5, 6], max_tokens=2).tokens
 
 
+def test_interleave_stops_the_longer_side_where_the_shorter_ended(bench_cache):
+    """Both sides time the same work: a side that ends first (a sampled one at its end of
+    text, here one capped at 7 tokens) stops the other at as many tokens; ``sampling`` is
+    how the first side samples, and each side's rate over its own rounds is kept."""
+    from specdec import Decoder, Sampling
+    from specdec.benchmark.interleave import interleave
+    from specdec.benchmark.synthetic import model_for
+
+    path = str(model_for("tiny", 0.9, log=lambda s: None))
+    greedy = Decoder(path, n_ctx=512)
+    sampled = Decoder(path, n_ctx=512)
+
+    class Capped:       # ends its requests at 7 tokens, as a stop or the end of text would
+        def stream(self, prompt, *, max_tokens, sampling=None):
+            return sampled.stream(prompt, max_tokens=7, sampling=sampling)
+
+    prompt, sp = list(range(10, 30)), Sampling(temperature=1.0, seed=3)
+    got = interleave(Capped(), greedy, prompt, 20, 2, sampling=sp)   # type: ignore[arg-type]
+    assert got.tokens == [7, 7]
+    assert len(got.rounds_tok_s) == len(got.ref_rounds_tok_s) == 2
+    assert all(x > 0 for x in got.rounds_tok_s + got.ref_rounds_tok_s)
+    # the first side sampled (seeded: the same draw as a generate), the other stopped at 7
+    assert got.last_tokens == sampled.generate(prompt, max_tokens=7, sampling=sp).tokens
+    full = greedy.generate(prompt, max_tokens=20).tokens
+    assert len(full) == 20 and got.ref_seconds[0] > 0
+    # the stopped side is free again
+    assert greedy.generate([5, 6], max_tokens=2).tokens
+
+
+def test_sampling_cost_is_over_greedy_timed_in_turn_on_every_prompt():
+    """The sampling-cost ratio: the geometric mean over every prompt (open prose included)
+    of the sampled row's tok/s over greedy's timed in turn with it; rows from before that
+    pairing (no ``ref_tok_s``) fall back to the plain rows of the grounded prompts."""
+    from specdec.benchmark.rows import Row
+
+    def rows(paired: bool):
+        out = []
+        for p, cat, plain, t1, ref in (("c", "code", 60.0, 45.0, 50.0),
+                                       ("o", "open", 60.0, 57.0, 60.0)):
+            out.append(Row("k", p, cat, "specdec plain", "specdec", "plain", tok_s=plain))
+            out.append(Row("k", p, cat, "specdec plain t1", "specdec", "plain", temperature=1.0,
+                           tok_s=t1, ref_tok_s=ref if paired else 0.0))
+        return out
+
+    key = "k: specdec plain t1 / specdec plain"
+    r = report.compute_ratios(rows(True))[key]
+    assert r.kind == "sampling-cost" and r.target == 0.95
+    assert r.value == pytest.approx(((45 / 50) * (57 / 60)) ** 0.5)
+    assert report.compute_ratios(rows(False))[key].value == pytest.approx(45 / 60)
+
+
 def test_interleaved_rows_ratio_and_table(bench_cache):
     m = matrix.tiny(n_gen=32, reps=1, peers=False, interleave=2)
     res = report.finalize(Runner(m, peers_enabled=False, log=lambda s: None).run())
@@ -203,6 +254,10 @@ def test_sampled_plain_row_and_its_cost(bench_cache):
     assert by[("specdec plain", "bigram")].check == "ref"
     cost = res["ratios"]["mtp-tiny-90: specdec plain t1 / specdec plain"]
     assert cost["kind"] == "sampling-cost" and cost["target"] == 0.95 and not cost["tracked"]
+    # timed round by round in turn with greedy plain, a request per round
+    assert len(row.tok_s_runs) == len(row.ref_tok_s_runs) == 2 and row.ref_tok_s > 0
+    assert cost["value"] == pytest.approx(row.tok_s / row.ref_tok_s, rel=1e-3)
+    assert "x greedy in turn" in report_md.markdown(res)
 
 
 def test_unavailable_peer_gets_a_row_saying_why(bench_cache):

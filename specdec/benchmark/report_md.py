@@ -42,6 +42,8 @@ def _cell(r: Row, speedup: float) -> str:
     extra = []
     if speedup > 0 and r.family not in ("plain", "greedy"):
         extra.append(f"{speedup:.2f}x")
+    if r.temperature and r.ref_tok_s > 0:   # sampled plain: over greedy, timed in turn with it
+        extra.append(f"{r.tok_s / r.ref_tok_s:.2f}x greedy in turn")
     if r.drafted:
         extra.append(f"acc {r.acceptance:.0%}")
     if r.match is not None and r.match < 1:

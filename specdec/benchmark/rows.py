@@ -44,7 +44,7 @@ class Row:
     check: str = ""                    # exact mode: PASS / FAIL (specdec only), else ""
     status: str = "ok"                 # ok / unavailable / error
     note: str = ""
-    ref_tok_s: float = 0.0             # interleaved rows: plain decoding, timed in turn with it
+    ref_tok_s: float = 0.0             # interleaved and sampled plain rows: (greedy) plain, timed in turn
     ref_tok_s_runs: List[float] = field(default_factory=list)
 
     @property

@@ -37,6 +37,7 @@ from .timed_sample import (INJECT_ENV, forget_texts, inject_sleep_s,  # noqa: F4
                            specdec_sample as _specdec_sample)
 from .rows import (BOS_PROMPT, INTERLEAVED, Row, Sample, interleaved_prompt, prefix_share,
                    is_interleaved, rows_of)
+from .sampled_row import is_sampled_plain, sampled_row
 
 # passes that make a timed oracle's book its own output (``Runner._record``)
 ORACLE_PASSES = 4
@@ -89,7 +90,7 @@ class Runner:
                 n += steps(c, self.m.reps)
                 continue
             timed = [m for m in c.methods if not (m.side == LLAMA_CPP and m.family == "plain")]
-            n += len(c.prompts) * len(timed) * self.m.reps
+            n += len(c.prompts) * len(timed) * self.m.reps   # (a sampled plain row: a tick a request)
             if c.interleave:
                 n += len(c.prompts) * sum(1 for m in c.methods if m.side == SPECDEC and m.adaptive)
             if any(m.side == LLAMA_CPP and m.family == "plain" for m in c.methods):
@@ -353,6 +354,8 @@ class Runner:
         samples: Dict[Method, List[Sample]] = {m: [] for m in timed}
         for _ in range(self.m.reps):
             for m in timed:
+                if is_sampled_plain(m):
+                    continue      # timed in turn with greedy plain below (``_sampled_vs_greedy``)
                 if m in errs:
                     self._tick(f"{case.name} {p.name} {m.label}: skipped ({errs[m][:60]})")
                     continue
@@ -366,6 +369,9 @@ class Runner:
         ref = samples[plain_m][0] if samples[plain_m] else None
         rows = []
         for m in timed:
+            if is_sampled_plain(m):
+                rows.append(self._sampled_vs_greedy(case, p, m, decs, errs, plain_m, ref))
+                continue
             r = Row(case.name, p.name, p.category, m.label, m.side, m.family, m.drafter, m.n_max,
                     m.adaptive, m.exact, m.temperature)
             got = samples[m]
@@ -391,6 +397,24 @@ class Runner:
         if case.interleave:
             rows += self._interleaved(case, p, decs, errs, plain_m)
         return rows
+
+    def _sampled_vs_greedy(self, case: Case, p: Prompt, m: Method, decs: Dict[Method, api.Decoder],
+                           errs: Dict[Method, str], plain_m: Method, ref: Optional[Sample]) -> Row:
+        """The sampled plain row ``m``, timed in turn with greedy plain (``sampled_row``)."""
+        why = errs.get(m) or errs.get(plain_m)
+        if why is None:
+            if p is case.prompts[0]:       # warm-up, as plain's
+                _specdec_sample(decs[m], p.text, case.n_gen, 0.0, m.temperature)
+            r = sampled_row(case, p, m, decs[m], decs[plain_m], self.m.reps, ref)
+        else:
+            r = Row(case.name, p.name, p.category, m.label, m.side, m.family,
+                    temperature=m.temperature)
+            r.status, r.note = ("unavailable" if m in errs else "error"), why
+        for i in range(self.m.reps):
+            self._tick(f"{case.name} {p.name} {m.label}: " + (
+                f"{r.tok_s_runs[i]:.1f} tok/s, greedy in turn {r.ref_tok_s_runs[i]:.1f}"
+                if i < len(r.tok_s_runs) else f"{r.status} ({r.note[:60]})"))
+        return r
 
     def _interleaved(self, case: Case, p: Prompt, decs: Dict[Method, api.Decoder],
                      errs: Dict[Method, str], plain_m: Method) -> List[Row]:
