@@ -355,16 +355,29 @@ cdef class Context:
         self.n_threads = n_threads
         self._head.n_threads = n_threads
 
-    def set_lazy_head(self, on):
+    def set_lazy_head(self, on, *, grammar=None):
         """Turn the lazy LM head off (every decode then runs llama.cpp's whole graph, its
         own head included) or on again, between decodes. Only a context made with
         ``lazy_logits=True`` has the head to turn on (its graph callback is set at
-        creation); ``specdec.head_choice`` turns it off where llama.cpp's head is faster."""
+        creation); ``specdec.head_choice`` turns it off where llama.cpp's head is faster.
+
+        ``grammar``: whether, while it is off, decodes holding rows a grammar masks (the
+        controller's, under a constraint) still stop at the norm: the verifier then gets a
+        row that allows few tokens as those tokens' logits alone (``masked_logits_c``), far
+        cheaper than either whole head (None: unchanged; it starts False)."""
         self._alive()
-        if on and not self._head_installed:
+        if (on or grammar) and not self._head_installed:
             raise ValueError("this context was made without lazy_logits: there is no lazy "
                              "head to turn on")
         self._head.enabled = bool(on)
+        if grammar is not None:
+            self._head.grammar = bool(grammar)
+
+    @property
+    def lazy_head_grammar(self) -> bool:
+        """Whether decodes holding a grammar's rows use the lazy head while it is off
+        (``set_lazy_head``)."""
+        return self._head.grammar
 
     @property
     def lazy_logits(self) -> str:
@@ -466,8 +479,9 @@ cdef class Context:
                              f"{self._n_outputs_max} (n_outputs_max)")
         return n_out
 
-    cdef int decode_c(self, Batch batch) except -1:
-        """Validate, decode with the GIL released, record which rows have outputs."""
+    cdef int decode_c(self, Batch batch, bint grammar=False) except -1:
+        """Validate, decode with the GIL released, record which rows have outputs.
+        ``grammar``: the batch holds rows a grammar masks (``set_lazy_head``)."""
         self._alive()
         cdef int n = batch.b.n_tokens
         cdef int n_out = self._check_batch(batch)
@@ -476,7 +490,7 @@ cdef class Context:
         for s in range(self.n_seq_max):
             n_seqs_in += self._seq_ntok[s] > 0
             most = max(most, self._seq_ntok[s])
-        _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in, self._lazy_multi)
+        _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in, self._lazy_multi, grammar)
         self._lazy = False
         # the snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
         cdef bint trim = self._rollback_trim

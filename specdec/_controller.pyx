@@ -34,7 +34,7 @@ from ._policy cimport DraftPolicy, BatchCost
 from ._round_budget cimport draft_caps, draft_lengths
 from ._timing cimport now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport RUNNING, CTX_FULL
-from ._verify cimport Verifier
+from ._verify cimport Verifier, sparse_rows
 from ._grammar cimport GrammarState
 from ._seq cimport _Seq, _SeqRequest, _SeqCounters, new_request, NO_DRAFT, DRAFTED, FILLER, FORCED
 from ._rollback cimport rollback_for
@@ -292,7 +292,8 @@ cdef class Controller:
         cdef bint pad = self.exact and m == 1 and self.rollback.drops_rows()
         if pad:
             self.batch.add_c(s.mem.prompt[i0], i0 + 1, s.id, False)
-        self.ctx.decode_c(self.batch)
+        # the last chunk's output row is the first a grammar masks
+        self.ctx.decode_c(self.batch, i0 + m == n and sparse_rows([s]))
         if pad:
             if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
                 raise RuntimeError("could not drop the padding row")
@@ -399,7 +400,7 @@ cdef class Controller:
                 self.batch.add_c(s.last, s.mem.n_past + 1 + s.k + i, s.id, self.steady)
         lap(&self.clock, T_CONTROL)
         self.rollback.before_decode(group)
-        self.ctx.decode_c(self.batch)
+        self.ctx.decode_c(self.batch, sparse_rows(group))
         cdef double t_dec = lap(&self.clock, T_TARGET)
         if len(group) > 1:
             self.verifier.prefetch(group)

@@ -126,7 +126,7 @@ cdef class Context:
     cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1
     cdef int _check_batch(self, Batch batch) except -1
-    cdef int decode_c(self, Batch batch) except -1
+    cdef int decode_c(self, Batch batch, bint grammar=*) except -1
     cdef float * logits_c(self, int i) noexcept nogil
     cdef float * masked_logits_c(self, int i, const uint32_t * bits) noexcept nogil
     cdef bint logits_ready_c(self, int i) noexcept nogil

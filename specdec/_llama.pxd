@@ -313,6 +313,7 @@ cdef extern from "_lm_head.h" nogil:
         cbool enabled
         cbool batch_invariant
         cbool active
+        cbool grammar
         int n_threads
         int state
         const char * why

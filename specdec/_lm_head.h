@@ -119,6 +119,8 @@ struct sd_lm_head {
     bool enabled = false;   // stop decodes at the norm when we can
     bool batch_invariant = false;   // exact mode: serve only where llama.cpp's head agrees
     bool active = false;    // this decode: stop at the norm (set before each llama_decode)
+    bool grammar = false;   // while not enabled, still serve decodes that hold a grammar's
+                            // rows (the owner sets active for them): see Context.set_lazy_head
     int n_threads = 1;
     // discovered from the first normal decode: 0 unknown, 1 usable, -1 unusable
     int state = 0;
@@ -233,7 +235,8 @@ static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
 // the scheduler's eval callback (ggml_backend_sched_eval_callback)
 static bool sd_lm_head_cb(ggml_tensor * t, bool ask, void * user_data) {
     sd_lm_head * h = (sd_lm_head *) user_data;
-    if (!h->enabled || h->state < 0) return false;
+    // (off but serving a grammar's rows, the first decode finds the weight all the same)
+    if (!(h->enabled || h->grammar) || h->state < 0) return false;
     if (ask) {
         if (h->state == 0) {
             if (strcmp(t->name, "result_norm") == 0) h->norm_seen = t;

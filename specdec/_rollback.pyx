@@ -22,6 +22,7 @@ and no Python.
 """
 from ._llama cimport LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 from ._timing cimport lap, T_CONTROL, T_VERIFY
+from ._verify cimport sparse_rows
 
 
 cdef class Rollback:
@@ -200,7 +201,7 @@ cdef class CheckpointRollback(Rollback):
         if n_rows == 0:
             return 0
         lap(self.clock, T_CONTROL)
-        self.ctx.decode_c(batch)
+        self.ctx.decode_c(batch, sparse_rows([s for s in group if s.redo]))
         return n_rows
 
 

@@ -42,3 +42,4 @@ cdef class Verifier:
 
 
 cdef int set_sparse_head(int n) noexcept
+cdef bint sparse_rows(list seqs) except -1

@@ -49,6 +49,18 @@ from ._seq cimport _Seq
 cdef int SPARSE_HEAD = 16
 
 
+cdef bint sparse_rows(list seqs) except -1:
+    """Whether a decode of ``seqs`` holds rows a grammar masks that the lazy head would
+    serve as their allowed tokens' logits (``Context.set_lazy_head(grammar=True)``)."""
+    cdef _Seq s
+    if SPARSE_HEAD <= 0:
+        return False
+    for s in seqs:
+        if s.req.grammar is not None:
+            return True
+    return False
+
+
 cdef int set_sparse_head(int n) noexcept:
     """Set ``SPARSE_HEAD``; returns the value it had."""
     global SPARSE_HEAD

@@ -14,6 +14,12 @@ The record lives in the cache dir (``head-choice/<key>.json``), keyed by the mod
 content, the CPU, the thread count, exact mode and the verify width, so later loads do
 not measure again. A record that does not parse, or that names another model, CPU or
 setting, is ignored and measured again. ``lazy_logits=True`` / ``False`` skip all this.
+
+The choice is for unconstrained rows. Under a grammar the lazy head computes a row that
+allows few tokens (a JSON key, punctuation, an enum's tail) as those tokens' logits alone,
+a dot product each, against a pass over the whole 262k-row head either way: so where
+llama.cpp's head wins, decodes that hold a grammar's rows still stop at the norm
+(``Context.set_lazy_head(grammar=True)``).
 """
 from __future__ import annotations
 
@@ -177,5 +183,7 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
                 save(path, fields, choice)
             except OSError:
                 pass   # a read-only cache dir: measured again at the next load
-    ctx.set_lazy_head(choice.lazy)
+    # under a grammar the lazy head computes a row's allowed tokens only, which beats either
+    # whole head: decodes holding a grammar's rows keep it whichever head won unconstrained
+    ctx.set_lazy_head(choice.lazy, grammar=True)
     return choice

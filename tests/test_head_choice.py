@@ -148,3 +148,26 @@ def test_the_bench_times_the_head_alone_on_both_paths(tiny_dense):
     assert h["faster"] == ("lazy" if ms[0] + ms[2] <= ms[1] + ms[3] else "llama.cpp")
     line = head_line(h)
     assert f"{h['lazy_1_ms']:.2f} / {h['graph_1_ms']:.2f}" in line and h["faster"] in line
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_grammar_rows_keep_the_lazy_head_where_llama_cpps_won(tiny_bytes_path, monkeypatch,
+                                                               exact):
+    """Where llama.cpp's head was chosen, decodes holding a grammar's rows still stop at the
+    norm: a row that allows few tokens gets their logits alone (the sparse path), and the
+    output is the same as with llama.cpp's head; unconstrained decodes keep llama.cpp's."""
+    _plant(tiny_bytes_path, False, exact=exact)
+    _no_measuring(monkeypatch)
+    rx = r"[0-9]{3}-[a-c]{2}"
+    with Decoder(tiny_bytes_path, drafter="ngram", exact=exact) as dec, \
+            Decoder(tiny_bytes_path, drafter="ngram", exact=exact, lazy_logits=False) as ref:
+        assert dec.ctx.lazy_logits == "off" and dec.ctx.lazy_head_grammar
+        free = dec.generate("xyz", max_tokens=12)
+        assert dec.ctx.lazy_logits_masked_rows == 0
+        assert free.tokens == ref.generate("xyz", max_tokens=12).tokens
+        got = dec.generate("xyz", max_tokens=12, regex=rx)
+        assert dec.ctx.lazy_logits_masked_rows > 0 and dec.ctx.lazy_logits == "off"
+        assert got.tokens == ref.generate("xyz", max_tokens=12, regex=rx).tokens
+        assert ref.ctx.lazy_logits_masked_rows == 0
+        with pytest.raises(ValueError, match="without lazy_logits"):
+            ref.ctx.set_lazy_head(False, grammar=True)
