@@ -15,7 +15,9 @@ Decoder and Engine join and step requests themselves and need none of it.
   the distribution tests can show they detect a broken one);
 - ``record``: keep every verified draft (``draft_log``).
 
-``DrivenPolicy`` is a :class:`DraftPolicy` whose round steps tests call from Python.
+``DrivenPolicy`` is a :class:`DraftPolicy` whose round steps tests call from Python;
+``HeldPolicy`` one that holds every round plain (its cap 0), as the adaptive policy holds
+its plain rounds and the batch's floor the rounds where drafting does not pay.
 
 ``sparse_head(n)`` sets how few tokens a grammar's row must allow to get only their logits
 (``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
@@ -189,6 +191,17 @@ cdef class CheckedController(DrivenController):
         since the last ``start``, in order (``pos``: position of the pending token the drafts
         follow)."""
         return list(self._log)
+
+
+cdef class HeldPolicy(DraftPolicy):
+    """HeldPolicy(n_max)
+--
+
+    Every round plain: the drafter is never asked (cap 0)."""
+
+    cdef int cap(self) noexcept:
+        self.last_cap = 0
+        return 0
 
 
 cdef class DrivenPolicy(DraftPolicy):

@@ -326,7 +326,7 @@ cdef class Controller:
     def step(self) -> int:
         """One round for every running sequence; returns how many are still running."""
         cdef _Seq s
-        cdef int i, rows = 0, alive = 0
+        cdef int i, room, rows = 0, alive = 0
         cdef double t0 = now()
         cdef double part0[5]
         self.clock.mark = t0          # the caller's time between rounds is not generation time
@@ -342,11 +342,15 @@ cdef class Controller:
             if s.cnt.rounds == 0:
                 s.req.policy.begin_request()
             s.k_want = s.req.policy.cap()
-            s.k_cap = self.rollback.cap_drafts(min(s.k_want,
-                                                   s.req.out.max_tokens - s.req.out.n_tokens,
-                                                   self.n_ctx_seq - s.mem.n_past - 1,
-                                                   self.max_rows - rows - 1))
-            rows += max(s.k_cap, 0) + 1
+            room = self.rollback.cap_drafts(min(s.req.out.max_tokens - s.req.out.n_tokens,
+                                                self.n_ctx_seq - s.mem.n_past - 1,
+                                                self.max_rows - rows - 1))
+            s.k_cap = min(s.k_want, room)
+            # a grammar's forced tokens cost no drafting and are accepted: a sequence that
+            # drafts takes them up to its n_max whatever the policy's cap (0 included)
+            s.k_room = (min(s.req.policy.n_max, room)
+                        if s.req.grammar is not None and s.req.n_drafters > 0 else 0)
+            rows += max(s.k_cap, s.k_room, 0) + 1
             in_batch.append(s)
         self.floor.judge(in_batch)      # the batch's floor may hold the adaptive drafts
         draft_caps(self.batch_cost, in_batch)

@@ -8,7 +8,9 @@ A sequence whose drafter gave less than ``n_min`` tokens asks its next drafter, 
 such sequences together. Each sequence is charged an equal part of its calls' time, their
 catch-up left out (``t_asked``). Under ``isolate`` a failed draft ends its sequence
 (``FAILED``, the error kept in ``errors``), the others go on; else it is raised. A grammar's
-forced tokens then lead the draft, which ends before the first token the grammar refuses.
+forced tokens then lead the draft, which ends before the first token the grammar refuses;
+they cost no drafting and are accepted, so a sequence takes them whatever its cap
+(``k_room``), in rounds its policy or the batch's floor holds plain too.
 """
 from ._timing cimport now
 from ._output cimport RUNNING, FAILED
@@ -69,10 +71,11 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
                     pending.append(s)
         level += 1
     for s in seqs:
-        if s.req.grammar is not None and s.k_cap > 0 and s.req.out.finish == RUNNING:
+        if s.req.grammar is not None and s.k_room > 0 and s.req.out.finish == RUNNING:
             # the grammar's forced tokens lead the draft, which ends before its first
-            # token the grammar refuses (the grammar is after ``last``: verify row 0)
-            s.n_forced = s.req.grammar.fit_draft_c(s.draft, s.k_cap)
+            # token the grammar refuses (the grammar is after ``last``: verify row 0); they
+            # are drafted up to ``k_room`` even where the policy's cap is 0
+            s.n_forced = s.req.grammar.fit_draft_c(s.draft, s.k_room)
             if s.draft.tokens.size() == 0:
                 s.kind = NO_DRAFT
             elif s.kind == NO_DRAFT or s.req.grammar.replaced:

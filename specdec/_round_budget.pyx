@@ -49,7 +49,8 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
         # for good: the longer the pause, the dearer the next draft would look)
         if s.k_cap == s.k_want:
             s.req.policy.observe_draft_time(s.k_cap, s.t_asked)
-        s.k = s.req.policy.choose(s.draft.tokens.size(), s.t_asked)
+        # (a round whose cap was 0 drafted forced tokens only: to its policy, a plain round)
+        s.k = s.req.policy.choose(s.draft.tokens.size() if s.k_cap > 0 else 0, s.t_asked)
         s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
     _budget(batch_cost, seqs, True, t_drafted)
     for s in seqs:

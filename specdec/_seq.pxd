@@ -83,6 +83,8 @@ cdef class _Seq:
     cdef int n_forced            # draft tokens the grammar forced this round (they lead it)
     cdef int row0                # batch index of ``last`` in the current verify batch (-1: none)
     cdef int k_want, k_cap       # drafts the policy wants, and the cap asked for
+    cdef int k_room              # the most a grammar's forced tokens may take (the round's
+                                 # limits, not the policy's cap: they are free and accepted)
     cdef double p_stop           # the policy's confidence floor for the drafter
     cdef int k                   # drafts in the current verify batch
     cdef int n_pad               # throw-away rows after them (exact mode)

@@ -239,3 +239,29 @@ def test_masked_rows_of_the_head_give_what_whole_rows_give(exact_gemma, drafter)
     assert sparse[0].tokens == whole[0].tokens and sparse[1].tokens == whole[1].tokens
     assert sparse[0].logprobs == whole[0].logprobs
     jsonschema.validate(json.loads(sparse[0].text), PERSON)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "never"])
+def test_forced_tokens_are_drafted_in_rounds_held_plain(exact_gemma, monkeypatch, drafter):
+    """A round whose policy caps the draft at 0 (the adaptive policy's plain rounds, the
+    batch's floor while drafting does not pay) still drafts the grammar's forced tokens:
+    they cost no drafting and are accepted. Exact mode: the output is constrained plain
+    decoding's, token for token."""
+    from specdec import _checks, scheduler
+    from specdec.drafters import Drafter
+
+    class Never(Drafter):
+        def propose(self, seq, last_token, n_max):
+            raise AssertionError("a round held plain asked the drafter")
+
+    plain = Decoder(exact_gemma, exact=True, n_ctx=1024).generate(PROMPT, max_tokens=64,
+                                                                    json_schema=PERSON)
+    monkeypatch.setattr(scheduler, "new_policy",
+                        lambda n_max, adaptive=False: _checks.HeldPolicy(n_max))
+    dec = Decoder(exact_gemma, drafter=Never("never") if drafter == "never" else drafter,
+                  n_max=6, exact=True, n_ctx=1024)
+    res = dec.generate(PROMPT, max_tokens=64, json_schema=PERSON)
+    assert res.tokens == plain.tokens
+    assert res.stats.drafted >= 6, res.stats
+    assert res.stats.accepted >= 0.9 * res.stats.drafted
+    assert res.stats.rounds < res.stats.n_generated
