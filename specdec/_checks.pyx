@@ -199,7 +199,7 @@ cdef class HeldPolicy(DraftPolicy):
 
     Every round plain: the drafter is never asked (cap 0)."""
 
-    cdef int cap(self) noexcept:
+    cdef int cap(self, long round_id=-1) noexcept:
         self.last_cap = 0
         return 0
 
@@ -207,21 +207,23 @@ cdef class HeldPolicy(DraftPolicy):
 cdef class DrivenPolicy(DraftPolicy):
     """The policy's steps from Python, for tests that drive it by hand."""
 
-    def _py_cap(self) -> int:
-        return self.cap()
+    def _py_cap(self, long round_id=-1) -> int:
+        return self.cap(round_id)
 
     def _py_choose(self, int proposed, double t_drafted) -> int:
         return self.choose(proposed, t_drafted)
 
-    def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0) -> None:
+    def _py_observe(self, int k, int a, double t_verify, double t_drafted=0.0,
+                    double t_caught=0.0) -> None:
         """A whole round as the controller reports it: the drafter's time for the cap just
-        asked (if any), the verification, and the calibration sample."""
+        asked (if any; ``t_caught`` its catch-up), the verification, and the calibration
+        sample."""
         cdef double pe = self.predicted_tokens, pt = self.predicted_time
         if self.last_cap > 0:
             self.observe_draft_time(self.last_cap, t_drafted)
         self.observe(k, a, t_verify)
         if self.last_cap > 0:
-            self.observe_round(pe, pt, a + 1, t_drafted + t_verify)
+            self.observe_round(pe, pt, a + 1, t_drafted + t_verify, t_caught)
 
     def _py_observe_round(self, double predicted_tokens, double predicted_time, int tokens,
                           double t) -> None:

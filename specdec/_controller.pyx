@@ -45,6 +45,9 @@ from ._propose cimport propose
 from .drafters._base cimport Drafter, Asks
 
 
+cdef long _round_serial = 0     # rounds of every controller: a round's id for the policies
+
+
 def new_policy(int n_max, bint adaptive=False) -> DraftPolicy:
     """A draft-length policy (shared by the requests of one configuration, it keeps learning)."""
     return DraftPolicy(n_max, adaptive=adaptive)
@@ -333,6 +336,8 @@ cdef class Controller:
         for i in range(N_PARTS):
             part0[i] = self.clock.part[i]
         cdef list in_batch = []
+        global _round_serial
+        _round_serial += 1       # a policy shared by this round's sequences counts it once
         for s in self.seqs:
             if not s.active or s.prefilling or s.req.out.finish != RUNNING:
                 continue
@@ -341,7 +346,7 @@ cdef class Controller:
                 continue
             if s.cnt.rounds == 0:
                 s.req.policy.begin_request()
-            s.k_want = s.req.policy.cap()
+            s.k_want = s.req.policy.cap(_round_serial)
             room = self.rollback.cap_drafts(min(s.req.out.max_tokens - s.req.out.n_tokens,
                                                 self.n_ctx_seq - s.mem.n_past - 1,
                                                 self.max_rows - rows - 1))
@@ -552,7 +557,7 @@ cdef class Controller:
             return 0
         s.req.acc.observe(k, a)
         s.req.policy.observe(k, a, s.t_v)
-        s.req.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v)
+        s.req.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v, s.t_caught)
         return 0
 
     # --- results ----------------------------------------------------------------------

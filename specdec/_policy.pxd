@@ -14,7 +14,8 @@ cdef class DraftPolicy:
     cdef vector[double] ref_draft    # ... and when t_draft_cap[c] was
     cdef vector[double] n_alpha      # decayed trials of draft position i
     cdef vector[double] s_alpha      # decayed acceptances of draft position i
-    cdef long rounds
+    cdef long rounds                 # the rounds it decided (a round shared by sequences: once)
+    cdef long round_id               # the controller's id of the round ``cap`` last decided
     cdef int current                 # drafts verified in the last round
     cdef int last_cap                # tokens asked of the drafter in the last round
     cdef bint exploring              # this round verifies the least measured length
@@ -23,6 +24,10 @@ cdef class DraftPolicy:
     cdef long last_probe             # round of the last such probe (0: none yet)
     cdef double last_gain            # the best drafting rate over plain's, as cap() last saw it
     cdef long n_drafts_seen          # rounds that verified a draft
+    # probes' measured cost: the last probe verified drafts and waits for its round's time
+    # (``observe_round``), whether it paid; decayed loss (plain rounds' worth) of probe rounds
+    cdef bint probe_open, probe_paid
+    cdef double probe_loss, n_probe_loss
     # calibration: decayed sums of what drafting rounds yielded and cost, measured and as
     # the model predicted them (catch-up decodes and other costs the model leaves out)
     cdef double cal_tokens, cal_time, cal_tokens_predicted, cal_time_predicted, cal_rounds
@@ -48,16 +53,18 @@ cdef class DraftPolicy:
     cdef int _best_cap(self, double * gain) noexcept
     cdef int _probe_cap(self) noexcept
     cpdef void begin_request(self)
-    cdef int cap(self) noexcept
+    cdef int cap(self, long round_id=*) noexcept
+    cdef int _decide_cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept
     cdef double p_stop(self) noexcept
     cdef bint _pays_if_all_accepted(self, int c) noexcept
     cdef void _probed(self, bint paid) noexcept
+    cdef long _budget_gap(self) noexcept
     cdef void observe(self, int k, int a, double t_dec) noexcept
     cdef double _calibration(self) noexcept
     cdef void _predict(self, int k, double t_drafted) noexcept
     cdef void observe_round(self, double predicted_tokens, double predicted_time, int tokens,
-                            double t) noexcept
+                            double t, double t_caught=*) noexcept
     cdef void observe_draft_time(self, int cap, double t) noexcept
 
 

@@ -82,7 +82,10 @@ DEF EXPLORE_EVERY = 8
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
 DEF NEAR_GAIN = 0.9       # a drafter estimated within 10% of plain is probed on a short gap
-DEF NEAR_GAP = 4          # ... this one, without doubling
+DEF NEAR_GAP = 4          # ... at least this one, without doubling
+DEF PROBE_BUDGET = 0.01   # probes may lose this share of the time (their measured loss sets the gap)
+DEF MAX_BUDGET_GAP = 4096
+DEF PROBE_SHRINK = 4.0    # the measured loss counts fully after a few probes (see _budget_gap)
 DEF RIGHT_BEFORE = 0.25   # decayed first-draft acceptances: right within the estimates' memory
 DEF MIN_TRIALS = 8        # verified drafts before the policy may stop asking
 DEF MEASURED = 8          # verify samples of a length before exploration stops choosing it
@@ -149,6 +152,9 @@ cdef class DraftPolicy:
         self.n_alpha = vector[double](n_max + 1, 0.0)
         self.s_alpha = vector[double](n_max + 1, 0.0)
         self.rounds = 0
+        self.round_id = -1
+        self.probe_open = self.probe_paid = False
+        self.probe_loss = self.n_probe_loss = 0.0
         self.current = n_max
         self.last_cap = n_max
         self.exploring = False
@@ -335,13 +341,29 @@ cdef class DraftPolicy:
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
 
-    cdef int cap(self) noexcept:
-        """How many tokens to ask the drafter for this round."""
+    cdef int cap(self, long round_id=-1) noexcept:
+        """How many tokens to ask the drafter for this round. ``round_id``: the controller's
+        id of the round (-1: a round of its own). Sequences that share the policy in one
+        round (an Engine's requests of one configuration) get the round's one decision, and
+        the round counts once: counted per sequence, the probe and plain-round schedules ran
+        4-8x faster than designed at 4-8 sequences."""
+        if not self.adaptive or self.n_max == 0:
+            self.exploring = False
+            self.probing = False
+            return self.n_max
+        if round_id >= 0 and round_id == self.round_id:
+            return self.last_cap
+        self.round_id = round_id
         self.exploring = False
         self.probing = False
-        if not self.adaptive or self.n_max == 0:
-            return self.n_max
         self.rounds += 1
+        return self._decide_cap()
+
+    cdef int _decide_cap(self) noexcept:
+        """``cap``'s decision for a new round (``rounds`` counted)."""
+        if self.probe_open:           # a probe whose round's time never came: judged without
+            self.probe_open = False
+            self._probed(self.probe_paid)
         cdef double gain
         cdef int best = self._best_cap(&gain)
         self.last_gain = gain
@@ -456,14 +478,38 @@ cdef class DraftPolicy:
             self.probe_gap = NEAR_GAP
         elif self.last_probe > 0 and self.n_drafts_seen >= MIN_TRIALS:
             self.probe_gap = min(2 * self.probe_gap, MAX_PROBE_GAP)
+        # ... but never so often that probes lose more than PROBE_BUDGET of the time
+        self.probe_gap = max(self.probe_gap, self._budget_gap())
         self.last_probe = self.rounds
+
+    cdef long _budget_gap(self) noexcept:
+        """The fewest rounds between probes for their catch-up to cost at most
+        ``PROBE_BUDGET`` of the time, by the measured catch-up of probe rounds (0 before one
+        was measured).
+
+        A drafter with a context of its own (an MTP head, EAGLE-3) decodes, at its first
+        draft after a pause, every row it sat out (``_target_fed``): a probe after G plain
+        rounds pays G rows' catch-up. The model's times leave the catch-up out (it is no
+        cost of a draft length), so near break-even they called a probe nearly free: the
+        bench's MTP head right half the time drafted 2 tokens in 4 requests and ran at 0.92x
+        plain. Where a row's catch-up costs more than ``PROBE_BUDGET`` of a plain round, the
+        gap grows with each probe (the catch-up grows with it) up to ``MAX_BUDGET_GAP``: such
+        a drafter, once it does not pay, is not probed within a request."""
+        # shrunk towards 0 by the probes measured: one missed probe of a drafter that pays
+        # must not hold it off for dozens of rounds
+        cdef double loss = self.probe_loss * self.n_probe_loss / (self.n_probe_loss + PROBE_SHRINK)
+        if loss <= 0.0:
+            return 0
+        return min(<long>(loss / PROBE_BUDGET) + 1, MAX_BUDGET_GAP)
 
     cdef void observe(self, int k, int a, double t_dec) noexcept:
         cdef int i
         if k > self.n_max or k < 0:
             return
         if self.probing and k > 0:
-            self._probed(a == k and self._pays_if_all_accepted(self.last_cap))
+            # the probe's schedule moves on once its round's time is known (observe_round)
+            self.probe_open = True
+            self.probe_paid = a == k and self._pays_if_all_accepted(self.last_cap)
         self.probing = False
         # the first decode of a row count pays a one-off set-up of that batch shape (llama.cpp
         # builds and allocates its graph; an RPC backend asks the servers, a round trip per
@@ -505,9 +551,19 @@ cdef class DraftPolicy:
         return min(1.1, max(0.5, c))
 
     cdef void observe_round(self, double predicted_tokens, double predicted_time, int tokens,
-                            double t) noexcept:
+                            double t, double t_caught=0.0) noexcept:
         """A round that asked the drafter: tokens it gave and its whole time (drafting,
-        verification), against the prediction of ``choose``."""
+        verification), against the prediction of ``choose``; ``t_caught``: the drafter's
+        catch-up in it (no part of the prediction, but of a probe's cost)."""
+        cdef double loss
+        if self.probe_open:
+            self.probe_open = False
+            if self.n_verify[0] > 0:
+                loss = t_caught / self.t_verify[0]
+                self.probe_loss = (DECAY * self.probe_loss * self.n_probe_loss + loss) / (
+                    DECAY * self.n_probe_loss + 1.0)
+                self.n_probe_loss = DECAY * self.n_probe_loss + 1.0
+            self._probed(self.probe_paid)
         if not self.adaptive or predicted_time <= 0.0 or t <= 0.0:
             return
         # clipped as the time estimates' samples are (``_ema``): the prediction is made of
@@ -537,6 +593,10 @@ cdef class DraftPolicy:
                 "t_draft_cap": [self._draft_time(i) if self.n_draft_cap[i] > 0 else 0.0
                                 for i in range(self.n_max + 1)],
                 "current": self.current, "cap": self.last_cap, "calibration": self._calibration(),
+                # rounds decided (once per round however many sequences share the policy), the
+                # rounds between probes of a drafter that does not pay, and a probe's measured
+                # loss in plain rounds' worth (0: none measured)
+                "rounds": self.rounds, "probe_gap": self.probe_gap, "probe_loss": self.probe_loss,
                 "p_stop": self.p_stop(),
                 # the calibration's parts: drafting rounds' tokens and time, measured / predicted
                 "cal_tokens": (self.cal_tokens / self.cal_tokens_predicted

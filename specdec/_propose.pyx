@@ -6,7 +6,7 @@ its drafters, each drafter called once with all the sequences it is asked by
 
 A sequence whose drafter gave less than ``n_min`` tokens asks its next drafter, again all
 such sequences together. Each sequence is charged an equal part of its calls' time, their
-catch-up left out (``t_asked``). Under ``isolate`` a failed draft ends its sequence
+catch-up left out (``t_asked``; its part of the catch-up in ``t_caught``). Under ``isolate`` a failed draft ends its sequence
 (``FAILED``, the error kept in ``errors``), the others go on; else it is raised. A grammar's
 forced tokens then lead the draft, which ends before the first token the grammar refuses;
 they cost no drafting and are accepted, so a sequence takes them whatever its cap
@@ -31,6 +31,7 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
         s.kind = NO_DRAFT
         s.n_forced = 0
         s.t_asked = 0.0
+        s.t_caught = 0.0
         if s.k_cap > 0 and s.req.n_drafters > 0:
             pending.append(s)
     while pending:
@@ -55,6 +56,7 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
             for j in range(n):
                 s = <_Seq> group[j]
                 s.t_asked += share
+                s.t_caught += asks.t_sync / n
                 if asks.errors[j] is not None:
                     # nothing of this round reached the target yet: the others go on
                     s.draft.clear()

@@ -89,6 +89,7 @@ cdef class _Seq:
     cdef int k                   # drafts in the current verify batch
     cdef int n_pad               # throw-away rows after them (exact mode)
     cdef double t_asked          # time spent drafting this round (catch-up left out)
+    cdef double t_caught         # its part of the drafters' catch-up this round (a probe's cost)
     cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
     cdef double t_ckpt           # saving the checkpoint of this round (checkpoint rollback)
     cdef bint redo               # a partial accept restored the checkpoint: decode again
