@@ -316,9 +316,7 @@ def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> No
     n = runner.m.check_tokens
     reqs = [r for p in case.prompts for r in SETS[p.name]]
     model = Model(path, use_extra_bufts=False)
-    n_ctx = max(512, max(len(model.tokenize(r.text)) for r in reqs) + n + 64)
-
-    n_ctx = max(n_ctx, max(len(model.tokenize(r.text)) for r in reqs) + case.n_gen + 64)
+    n_ctx = max(512, max(len(model.tokenize(r.text)) for r in reqs) + max(n, case.n_gen) + 64)
 
     def outputs(m: Method, n: int = n, gbnf: bool = False) -> List[List[int]]:
         dec = api.Decoder(model, drafter=m.drafter or None, n_max=m.n_max or 4,
