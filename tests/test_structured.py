@@ -265,3 +265,18 @@ def test_forced_tokens_are_drafted_in_rounds_held_plain(exact_gemma, monkeypatch
     assert res.stats.drafted >= 6, res.stats
     assert res.stats.accepted >= 0.9 * res.stats.drafted
     assert res.stats.rounds < res.stats.n_generated
+
+
+def test_exact_constrained_mtp_equals_constrained_plain(bigram_eos_path):
+    """The MTP drafter (a synthetic target with its MTP layer) under a regex and a GBNF
+    grammar: exact-mode constrained speculation is constrained plain decoding."""
+    target = specdec.Model(bigram_eos_path, use_extra_bufts=False, load_mtp=True)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    for constraint in ({"regex": r"[a-zA-Z ]{0,30}"},
+                       {"grammar": 'root ::= [a-f]+ [0-9] [a-z]{2,12}'}):
+        plain = Decoder(target, exact=True, n_ctx=256).generate(prompt, max_tokens=30,
+                                                                 **constraint)
+        spec = Decoder(target, drafter="mtp", n_max=3, exact=True, n_ctx=256).generate(
+            prompt, max_tokens=30, **constraint)
+        assert spec.tokens == plain.tokens, constraint
+        assert spec.stats.drafted > 0
