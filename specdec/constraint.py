@@ -259,7 +259,12 @@ def tokenizer(model: Model) -> Any:
         if tok is None:
             llg = _llguidance()
             from llguidance import TokenizerWrapper
-            eog = list(model.eog_tokens) or [model.eos]
+            eog = [t for t in list(model.eog_tokens) or [model.eos] if t >= 0]
+            if not eog:
+                # the grammar's end is its end of text: without one no output could finish
+                raise ValueError("constrained output needs the model's end-of-generation "
+                                 "token, and this model declares none (its GGUF has no "
+                                 "tokenizer.ggml.eos_token_id)")
             tok = llg.LLTokenizer(TokenizerWrapper(_Vocab(model)), n_vocab=model.n_vocab,
                                   eos_token=eog)
             _tokenizers[model] = tok

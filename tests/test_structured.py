@@ -280,3 +280,12 @@ def test_exact_constrained_mtp_equals_constrained_plain(bigram_eos_path):
             prompt, max_tokens=30, **constraint)
         assert spec.tokens == plain.tokens, constraint
         assert spec.stats.drafted > 0
+
+
+def test_a_model_without_an_end_token_refuses_constraints_clearly(bigram_tiny_path):
+    """A grammar ends with the model's end-of-generation token: a model that declares none
+    gets a ValueError that says so when the request is made, and stays usable."""
+    dec = Decoder(bigram_tiny_path, n_ctx=256)
+    with pytest.raises(ValueError, match="end-of-generation token"):
+        dec.generate([3, 1, 4], max_tokens=4, regex="[a-z]+")
+    assert len(dec.generate([3, 1, 4], max_tokens=4).tokens) == 4
