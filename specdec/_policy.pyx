@@ -2,6 +2,9 @@
 # distutils: language = c++
 """Draft length: fixed, or adaptive by measured acceptance and measured cost.
 
+(One file of ~650 lines: a fifth is this account of the policy, and its estimates, schedules
+and decisions all read and write the one ``DraftPolicy`` state.)
+
 On a CPU neither drafting nor verifying is free. A verify batch of ``k + 1`` rows
 costs more than one row, and not even monotonically (on gemma3-270m Q4_K_M: 4
 rows ~1.8x a single decode, 5 rows ~2.6x, 8 rows ~2.7x: the matmul kernels tile
@@ -47,7 +50,8 @@ measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
 and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay (every
 4 rounds while it is estimated within 10% of plain: near break-even a few early misses or
 one preempted sample may be all that switched a paying drafter off, and only its probes
-measure it again)
+measure it again; but never more often than keeps the catch-up of a drafter with a context
+of its own, measured per probe, under 1% of the time: see ``_budget_gap``)
 (a free drafter with all it has, a costly one with the cap that would pay best if
 deeper drafts were accepted as often as the first). A probe verifies what it asked for;
 a free drafter's empty answer (an n-gram drafter that found no match) is no probe, the
@@ -78,7 +82,7 @@ DEF EMA = 0.15            # time averages
 DEF PRIOR_ALPHA = 0.85
 DEF PRIOR_N = 4.0          # the prior counts as this many trials of each position
 DEF DECAY = 0.98           # acceptance forgets old trials (an effective window of ~50)
-DEF EXPLORE_EVERY = 8
+DEF EXPLORE_EVERY = 8     # (every schedule counts rounds: a round shared by sequences, once)
 DEF PROBE_EVERY = 16      # first probe of a drafter that does not pay; then the gap doubles
 DEF MAX_PROBE_GAP = 256
 DEF NEAR_GAIN = 0.9       # a drafter estimated within 10% of plain is probed on a short gap
