@@ -13,7 +13,10 @@ read, as a fully accepted draft reads them) each way, interleaved, medians compa
 The record lives in the cache dir (``head-choice/<key>.json``), keyed by the model's
 content, the CPU, the thread count, exact mode and the verify width, so later loads do
 not measure again. A record that does not parse, or that names another model, CPU or
-setting, is ignored and measured again. ``lazy_logits=True`` / ``False`` skip all this.
+setting, is ignored and measured again. A measurement that does not look like the
+machine's own is used for that load and not recorded (``HeadTimes.steady``): measured
+while other processes held the cores, one recorded gemma's lazy head at 2.3 s a verify
+against 0.25 s, and every later load on that machine kept llama.cpp's head. ``lazy_logits=True`` / ``False`` skip all this.
 
 The choice is for unconstrained rows. Under a grammar the lazy head computes a row that
 allows few tokens (a JSON key, punctuation, an enum's tail) as those tokens' logits alone,
@@ -38,11 +41,16 @@ from ._core import Batch, Context, LlamaAbortError
 from ._cpu import cpu_model
 
 #: bump when the measurement or the record changes meaning: older records are then ignored
-FORMAT = 1
+FORMAT = 2
 #: the sub-directory of the cache dir holding the records
 KIND = "head-choice"
 #: timed decodes per path and shape (after one untimed decode of each)
 REPS = 5
+#: a measurement is recorded only when each path's timed runs of a shape agree within this
+#: factor (the second slowest against the fastest: one outlier is allowed) ...
+NOISY_SPREAD = 2.0
+#: ... and neither head costs this many times the other (idle 2-core machines: at most 1.6x)
+IMPLAUSIBLE = 3.0
 
 
 @dataclass(frozen=True)
@@ -54,11 +62,21 @@ class HeadTimes:
     graph_plain: float
     lazy_verify: float = 0.0
     graph_verify: float = 0.0
+    spread: float = 1.0     # the widest agreement of one path's runs (see NOISY_SPREAD)
 
     @property
     def lazy_wins(self) -> bool:
         """The lazy head costs no more than llama.cpp's over a plain step and a verify."""
         return self.lazy_plain + self.lazy_verify <= self.graph_plain + self.graph_verify
+
+    @property
+    def steady(self) -> bool:
+        """The runs agreed and neither head is implausibly dearer: the machine's own
+        timings, worth recording (else another process most likely held the cores)."""
+        lazy, graph = self.lazy_plain + self.lazy_verify, self.graph_plain + self.graph_verify
+        if lazy <= 0.0 or graph <= 0.0:
+            return False
+        return self.spread <= NOISY_SPREAD and max(lazy, graph) <= IMPLAUSIBLE * min(lazy, graph)
 
 
 @dataclass(frozen=True)
@@ -139,6 +157,7 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
             b.add(token, i, 0, True)
         batches[n] = b
     med: Dict[Tuple[bool, int], float] = {}
+    spread = 1.0
     try:
         ctx.set_lazy_head(True)
         _decode(ctx, batches[plain_rows], plain_rows, False)   # the head finds its weight
@@ -154,6 +173,9 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
                         runs[lazy].append(t)
             med[(True, n)] = statistics.median(runs[True])
             med[(False, n)] = statistics.median(runs[False])
+            for r in runs.values():
+                r.sort()
+                spread = max(spread, r[-2] / r[0] if r[0] > 0 else float("inf"))
     finally:
         try:
             ctx.seq_rm(0, -1, -1)
@@ -162,7 +184,7 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
             pass   # a decode above aborted (the context is freed): its error is the one raised
     v = verify_rows if verify_rows > 0 else None
     return HeadTimes(med[(True, plain_rows)], med[(False, plain_rows)],
-                     med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0)
+                     med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0, spread)
 
 
 def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoice]:
@@ -178,7 +200,7 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
         if times is None:
             return None
         choice = HeadChoice(times.lazy_wins, times, cached=False)
-        if path is not None and fields is not None:
+        if path is not None and fields is not None and times.steady:
             try:
                 save(path, fields, choice)
             except OSError:
