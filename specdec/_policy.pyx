@@ -2,8 +2,9 @@
 # distutils: language = c++
 """Draft length: fixed, or adaptive by measured acceptance and measured cost.
 
-(One file of ~650 lines: a fifth is this account of the policy, and its estimates, schedules
-and decisions all read and write the one ``DraftPolicy`` state.)
+Long because it is one cdef class (over 600 lines): a fifth is this account of the policy,
+and its estimates, schedules and decisions all read and write the one ``DraftPolicy`` state,
+which Cython cannot split across files.
 
 On a CPU neither drafting nor verifying is free. A verify batch of ``k + 1`` rows
 costs more than one row, and not even monotonically (on gemma3-270m Q4_K_M: 4

@@ -1,5 +1,9 @@
 """Run a benchmark matrix: specdec and its peers side by side, alternating, medians.
 
+Long, and one file, because ``Runner`` is one run's state (rows, progress, checkpoints,
+peers) that every step reads and writes (just over 600 lines); what each step times lives apart
+(``timed_sample``, ``sampled_row``, ``interleave``, ``oracle``, ``peers``, ``report``).
+
 For each case (a model) and prompt, every method runs once per round, in turn, for
 ``reps`` rounds (A B C A B C): drift on these machines hits every method alike,
 and each row keeps the median. Plain decoding against ``llama-bench`` runs the same
