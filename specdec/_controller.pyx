@@ -403,14 +403,17 @@ cdef class Controller:
         batch, then verify each."""
         cdef _Seq s
         cdef int i
+        # a lone sequence held to one shape (``_steady_rows``) gives its padding outputs too;
+        # padding that keeps several sequences' batch whole (``even_rows``) needs none
+        cdef bint pad_out = self.steady and len(group) == 1
         self.batch.clear_c()
         for s in group:
             s.row0 = self.batch.b.n_tokens
             self.batch.add_c(s.last, s.mem.n_past, s.id, True)
             for i in range(s.k):
                 self.batch.add_c(s.draft.tokens[i], s.mem.n_past + 1 + i, s.id, True)
-            for i in range(s.n_pad):     # (held to one shape: their outputs too)
-                self.batch.add_c(s.last, s.mem.n_past + 1 + s.k + i, s.id, self.steady)
+            for i in range(s.n_pad):
+                self.batch.add_c(s.last, s.mem.n_past + 1 + s.k + i, s.id, pad_out)
         lap(&self.clock, T_CONTROL)
         self.rollback.before_decode(group)
         self.ctx.decode_c(self.batch, sparse_rows(group))
