@@ -654,3 +654,59 @@ def test_benchmark_prompts_and_report():
     # the report names the CPU it ran on: ratios only compare on one kind of machine
     results["machine"] = {"cpu": "Some CPU 9000"}
     assert "2 threads (Some CPU 9000)," in serve.markdown(results)
+
+
+def test_benchmark_warms_every_server_with_every_prompt(monkeypatch, tmp_path):
+    """Each server takes every prompt once before any timed pass: both servers keep prompts,
+    and without it the first row on a server paid the prefill that the rows after it on the
+    same server (the sampled rows) skipped."""
+    from specdec.benchmark import serve
+    import specdec.api
+    import specdec.benchmark.llama_tools as lt
+    import specdec.models
+
+    calls = []   # (port, prompts, n_gen, timed)
+
+    class FakeServer:
+        def __init__(self, argv, port, log):
+            self.port = port
+
+        def stop(self):
+            pass
+
+    class FakeDecoder:
+        def __init__(self, *a, **k):
+            self.seen = []
+
+        def generate(self, p, max_tokens):
+            calls.append(("decoder", (p,), max_tokens))
+            st = type("St", (), {"t_prompt_s": 0.01, "n_generated": max_tokens,
+                                 "t_generate_s": 0.01})()
+            return type("R", (), {"stats": st})()
+
+        def close(self):
+            pass
+
+    def fake_load(host, port, prompts, *, concurrency, n_gen, n_requests=None, extra=None):
+        calls.append((port, tuple(prompts), n_gen))
+        r = serve.LoadResult(concurrency=concurrency, wall_s=1.0)
+        r.samples.append(serve.Sample(ttft_s=0.01, gaps_s=[0.01], n_tokens=n_gen,
+                                      latency_s=0.02))
+        return r
+
+    monkeypatch.setattr(serve, "ServerProcess", FakeServer)
+    monkeypatch.setattr(serve, "run_load", fake_load)
+    monkeypatch.setattr(specdec.api, "Decoder", FakeDecoder)
+    monkeypatch.setattr(specdec.models, "default_model_path", lambda: tmp_path / "m.gguf")
+    monkeypatch.setattr(lt, "ensure_tools", lambda names: {n: tmp_path / n for n in names})
+    prompts = serve.grounded_prompts()
+    serve.run(tmp_path / "out", n_gen=16, reps=1, concurrency=[1], log=lambda s: None)
+    timed = [i for i, c in enumerate(calls) if c[2] == 16]
+    assert timed
+    first_timed = timed[0]
+    warm = calls[:first_timed]
+    ports = {c[0] for c in calls if c[0] != "decoder"}
+    for port in ports:   # every server, every prompt, before the first timed pass
+        seen = {p for c in warm if c[0] == port for p in c[1]}
+        assert seen == set(prompts), port
+    assert {c[1][0] for c in warm if c[0] == "decoder"} == set(prompts)

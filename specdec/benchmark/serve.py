@@ -11,6 +11,12 @@ tracks: specdec's best drafter over llama-server's best n-gram mode, specdec pla
 llama-server plain, and, at concurrency 1, HTTP streaming over the same requests through
 ``Decoder.generate`` in this process.
 
+Before the timed passes every server (and the in-process ``Decoder``) takes each prompt
+once: both servers keep prompts (specdec's prompt cache, llama-server's ``--cache-ram``), so
+the passes time what a server under a steady workload does, decoding against prompts it has
+seen. Without it the first server to take a prompt paid its prefill and the rows after it
+on the same server (the sampled rows) did not, which made the order of the rows a result.
+
 Every OpenAI client that sends no ``temperature`` samples at 1.0, so a server's default path
 is sampled decoding: the ``SAMPLED`` rows send the same requests at temperature 1.0 (seeded)
 to the plain servers and to specdec's adaptive suffix drafter, and the ratios give specdec's
@@ -44,6 +50,8 @@ SPECDEC_ADAPTIVE = ("suffix",)
 LLAMA_SPEC_TYPES = ("ngram-simple", "ngram-map-k", "ngram-mod")
 N_MAX = 8
 N_CTX = 4096      # per slot
+#: tokens per warm-up request (each server takes every prompt once before the timed passes)
+WARMUP_TOKENS = 8
 #: the drafter of the HTTP-streaming-overhead check at concurrency 1
 HTTP_VS_DECODER = "ngram"
 #: the request fields of the sampled rows: OpenAI's default temperature, seeded
@@ -181,13 +189,17 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
             for name, argv in argvs.items():
                 port = free_port()
                 servers[name] = ServerProcess(argv(port, c), port, logf)
-                run_load("127.0.0.1", port, prompts[:1], concurrency=1, n_gen=8)  # warm-up
+                # warm-up: every prompt once, so that each server's prompt cache holds the
+                # workload before any pass is timed (see the module's docstring)
+                run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=WARMUP_TOKENS,
+                         n_requests=len(prompts))
             if c == 1:
                 # the server's prompt cache too: the same requests, only not through HTTP
                 dec = Decoder(model, drafter=HTTP_VS_DECODER, n_max=N_MAX, n_ctx=N_CTX,
                               n_threads=threads, prompt_cache_mib=PROMPT_CACHE_MIB,
                               n_gpu_layers=n_gpu_layers)
-                dec.generate(prompts[0], max_tokens=8)
+                for p in prompts:
+                    dec.generate(p, max_tokens=WARMUP_TOKENS)
             merged: Dict[str, LoadResult] = {}
             names = list(servers) + list(SAMPLED) + ([direct] if dec is not None else [])
             for rep in range(reps):
