@@ -21,7 +21,10 @@ its plain rounds and the batch's floor the rounds where drafting does not pay.
 
 ``sparse_head(n)`` sets how few tokens a grammar's row must allow to get only their logits
 (``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
-benchmarks' comparison of the two; it returns the value it replaced.
+benchmarks' comparison of the two; it returns the value it replaced. ``lockstep(on)`` sets
+whether the greedy sequences of a decode under a grammar are verified together
+(``_verify.LOCKSTEP``, ``Verifier.greedy_grammar``) or one after the other; it returns the
+value it replaced.
 
 ``steady_rows(mode)`` sets whether controllers built after it hold a lone sequence's verify
 rows to one shape (``_steady_rows``: 1 always, 0 never, -1 where the target is on a CUDA
@@ -38,7 +41,7 @@ from ._controller import new_policy
 from ._seq cimport _Seq
 from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
-from ._verify cimport Verifier, set_sparse_head
+from ._verify cimport Verifier, set_sparse_head, set_lockstep
 from ._steady_rows cimport set_steady
 
 
@@ -47,6 +50,11 @@ def sparse_head(int n):
     if n < 0:
         raise ValueError("sparse_head takes n >= 0")
     return set_sparse_head(n)
+
+
+def lockstep(bint on):
+    """Set ``_verify.LOCKSTEP`` to ``on`` (see the module's docstring); the old value."""
+    return set_lockstep(on)
 
 
 def steady_rows(int mode):

@@ -398,6 +398,12 @@ cdef class Context:
         (``Context.masked_logits_c``)."""
         return self._head.n_masked
 
+    @property
+    def lazy_logits_passes(self) -> tuple:
+        """``(passes, rows)``: passes the lazy head made over its whole weight so far, and the
+        rows they computed (a pass reads every weight row once, whatever rows ride along)."""
+        return (self._head.n_passes, self._head.n_whole)
+
     cdef double _watchdog_limit(self, int n) noexcept:
         """Seconds a decode of ``n`` tokens may run: ``decode_timeout`` when set, else
         WATCHDOG_FACTOR times what this context's slowest decode so far would take (at least

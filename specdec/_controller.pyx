@@ -315,7 +315,13 @@ cdef class Controller:
             self.prefix.save_window(s)
             self.verifier.pen = s.req.pen
             self.verifier.grammar = s.req.grammar
-            s.last = self.verifier.sample(m - 1, s.req.greedy, s.req.sp, s.req.rng)
+            # prompt time, not the rounds': the verifier's laps of the round's clock (under a
+            # grammar) would count the time since the last round as verification
+            self.verifier.clock = NULL
+            try:
+                s.last = self.verifier.sample(m - 1, s.req.greedy, s.req.sp, s.req.rng)
+            finally:
+                self.verifier.clock = &self.clock
             self._emit(s, s.last, m - 1)
         t0 = now() - t0
         s.cnt.t_prompt += t0
@@ -421,6 +427,12 @@ cdef class Controller:
         if len(group) > 1:
             self.verifier.prefetch(group)
             t_dec += lap(&self.clock, T_HEAD)
+        # the greedy sequences under a grammar are verified together (their head passes
+        # shared); the time is the decode's, shared by rows as the rest of it
+        cdef double t_lock = self.clock.mark
+        self.verifier.greedy_grammar(group)
+        lap(&self.clock, T_VERIFY)
+        t_dec += self.clock.mark - t_lock
         cdef int n_in = len(group), n_rows = self.batch.b.n_tokens
         if n_in > 1:
             self.batch_cost.observe(n_rows, t_dec)
@@ -499,7 +511,10 @@ cdef class Controller:
         self.rollback.drop_padding(s)
         self.verifier.pen = s.req.pen
         self.verifier.grammar = s.req.grammar
-        if s.req.greedy:
+        if s.verified:
+            a, y = s.a, s.y
+            s.verified = False
+        elif s.req.greedy:
             a = self.verifier.greedy(s.row0, s.draft, k, &y)
         else:
             a = self.verifier.rejection(s.row0, s.draft, k, s.req.sp, s.req.rng, &y)

@@ -7,6 +7,9 @@ from .drafters._base cimport Draft
 cdef class GrammarState:
     cdef object matcher          # llguidance.LLMatcher of one request
     cdef vector[uint32_t] bits   # the last mask computed (one bit per token id)
+    cdef bint fresh              # ``bits`` is the mask of the state as it is now
+    cdef vector[uint32_t] ahead  # masks of rows further on (``whole_ahead``)
+    cdef readonly int n_ahead    # masks computed ahead of the state so far
     cdef int n_vocab
     cdef int32_t eos             # allowed alone when the matcher fails mid-request
     cdef readonly int n_masks    # rows masked so far
@@ -18,6 +21,7 @@ cdef class GrammarState:
     cdef const uint32_t * bits_c(self) except NULL
     cdef void apply_c(self, float * logits) noexcept nogil
     cdef int mask_c(self, float * logits) except -1
+    cdef int whole_ahead(self, const int32_t * toks, int n, int sparse_head) except -1
     cdef bint allowed_c(self, int32_t tok) noexcept nogil
     cdef int advance_c(self, int32_t tok) except -1
     cdef int fit_draft_c(self, Draft draft, int k_cap) except -1

@@ -25,6 +25,7 @@ are accepted unless the target prefers another tokenization of the same bytes.
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, uint32_t
 
+from ._llama cimport sd_mask_count
 from .drafters._base cimport Draft
 
 
@@ -45,10 +46,15 @@ cdef class GrammarState:
 
     cdef const uint32_t * bits_c(self) except NULL:
         """The mask of the next token (a bit per token id, set: allowed): one call into
-        llguidance, which writes it into a preallocated buffer."""
+        llguidance, which writes it into a preallocated buffer; asked again before the state
+        moves (a lockstep verification classes a row by its mask, then reads the row), the
+        same buffer."""
         cdef uint32_t * w = self.bits.data()
         cdef size_t nbytes = self.bits.size() * 4
+        if self.fresh:
+            return w
         self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
+        self.fresh = True
         self.n_masks += 1
         if _none_set(w, self.bits.size(), self.n_vocab):
             # the matcher failed (a parser limit) or reached a dead end: end the request
@@ -68,12 +74,43 @@ cdef class GrammarState:
             self.apply_c(logits)
         return 0
 
+    cdef int whole_ahead(self, const int32_t * toks, int n, int sparse_head) except -1:
+        """How many rows after the next one need the whole head too, in a row: the grammar
+        taken on through ``toks[0..i]`` (the drafts), row ``i + 1``'s mask allows more than
+        ``n_vocab / sparse_head`` tokens (0: every row is whole). The count stops at the first
+        row that allows fewer, or at a token the grammar refuses; the state is put back (the
+        masks go to a scratch buffer, ``bits`` stays the next row's)."""
+        cdef int i, c = 0, taken = 0
+        if n <= 0 or self.error is not None:
+            return 0
+        if sparse_head <= 0:
+            return n
+        if self.ahead.size() != self.bits.size():
+            self.ahead.resize(self.bits.size())
+        cdef uint32_t * w = self.ahead.data()
+        cdef size_t nbytes = self.ahead.size() * 4
+        try:
+            for i in range(n):
+                if self.matcher.try_consume_tokens([toks[i]]) != 1:
+                    break
+                taken += 1
+                self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
+                self.n_ahead += 1
+                if sd_mask_count(w, self.n_vocab) * sparse_head <= self.n_vocab:
+                    break
+                c += 1
+        finally:
+            if taken:
+                self.matcher.rollback(taken)
+        return c
+
     cdef bint allowed_c(self, int32_t tok) noexcept nogil:
         """Whether the last mask allows ``tok``."""
         return (self.bits[tok >> 5] >> (tok & 31)) & 1
 
     cdef int advance_c(self, int32_t tok) except -1:
         """The request's output goes on with ``tok`` (allowed by the last mask)."""
+        self.fresh = False
         if self.error is None and not self.matcher.consume_token(tok):
             self.error = self.matcher.get_error() or f"the grammar refused token {tok}"
         return 0

@@ -326,6 +326,8 @@ cdef extern from "_lm_head.h" nogil:
         vector[float] logits
         vector[uint8_t] done
         long long n_masked
+        long long n_passes
+        long long n_whole
     cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept
     void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
     void sd_lm_head_compute_rows(sd_lm_head * h, const int * rows, int n)

@@ -142,6 +142,8 @@ struct sd_lm_head {
     std::vector<float> logits;      // n_rows x n_vocab
     std::vector<uint8_t> done;      // per row: logits computed
     long long n_masked = 0;         // rows computed for a grammar's allowed tokens only
+    long long n_passes = 0;         // passes over the whole head (each reads every weight row)
+    long long n_whole = 0;          // rows those passes computed
 };
 
 static inline void sd_lm_head_disable(sd_lm_head * h, const char * why) {
@@ -269,6 +271,8 @@ static void sd_lm_head_compute_rows(sd_lm_head * h, const int * want, int n_want
         }
     }
     if (rows.empty()) return;
+    h->n_passes += 1;
+    h->n_whole += (long long) rows.size();
     const int64_t n_embd = h->n_embd, n_vocab = h->n_vocab;
     const size_t q_row = h->q_row;
     for (int r : rows) {

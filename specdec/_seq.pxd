@@ -95,4 +95,6 @@ cdef class _Seq:
     cdef bint redo               # a partial accept restored the checkpoint: decode again
     cdef int32_t prev            # the ``last`` of the current verify
     cdef int a                   # drafts accepted in the current verify
+    cdef bint verified           # ``a`` and ``y`` are its outcome already (a grammar's greedy
+    cdef int32_t y               # sequences, verified in lockstep: ``Verifier.greedy_grammar``)
     cdef double t_v              # the current verify's cost so far

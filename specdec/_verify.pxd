@@ -33,6 +33,8 @@ cdef class Verifier:
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1
     cdef int prefetch(self, list seqs) except -1
+    cdef int greedy_grammar(self, list seqs) except -1
+    cdef void _lap(self, int part) noexcept nogil
     cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
     cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil
     cdef float _mask_q(self, Draft draft, int pos) except? -1
@@ -42,4 +44,5 @@ cdef class Verifier:
 
 
 cdef int set_sparse_head(int n) noexcept
+cdef bint set_lockstep(bint on) noexcept
 cdef bint sparse_rows(list seqs) except -1

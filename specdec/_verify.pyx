@@ -24,7 +24,9 @@ with probability ``min(1, p(d_i) / q(d_i))`` (Leviathan et al. 2023, Chen et al.
 2023), so speculative output is distributed exactly as plain sampling.
 
 With the lazy LM head a row's logits are computed when verification reaches it
-(``ready``): a rejected draft does not pay for the rows after it.
+(``ready``): a rejected draft does not pay for the rows after it. The greedy sequences of a
+decode that hold a grammar are verified together (``greedy_grammar``): a row's mask comes
+first, and the rows that need the whole head share its passes.
 
 Penalties and ``logit_bias`` (``pen``, set by the controller per sequence) transform row
 ``row0 + i`` with the history up to it, the output plus ``d1..di``, before argmax or the
@@ -47,6 +49,9 @@ from ._seq cimport _Seq
 # up to 16k tokens, about 1/16 of a pass's reads); 0: off, a grammar's rows are computed
 # whole and masked after (``_checks.sparse_head``: the tests' and benchmarks' comparison)
 cdef int SPARSE_HEAD = 16
+# the greedy sequences of a decode under a grammar are verified together (``greedy_grammar``);
+# off: one after the other (``_checks.lockstep``: the tests' and benchmarks' comparison)
+cdef bint LOCKSTEP = True
 
 
 cdef bint sparse_rows(list seqs) except -1:
@@ -59,6 +64,14 @@ cdef bint sparse_rows(list seqs) except -1:
         if s.req.grammar is not None:
             return True
     return False
+
+
+cdef bint set_lockstep(bint on) noexcept:
+    """Set ``LOCKSTEP``; returns the value it had."""
+    global LOCKSTEP
+    cdef bint old = LOCKSTEP
+    LOCKSTEP = on
+    return old
 
 
 cdef int set_sparse_head(int n) noexcept:
@@ -149,7 +162,9 @@ cdef class Verifier:
         return y
 
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1:
-        """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``."""
+        """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``. (The
+        controller verifies a sequence under a grammar with ``greedy_grammar``, unless
+        ``LOCKSTEP`` is off: then its rows are computed as their masks allow, ``row_logits``.)"""
         cdef int a = 0, n_ready = 0
         cdef bint grammar = self.grammar is not None and SPARSE_HEAD > 0
         cdef SamplingParams sp
@@ -308,7 +323,7 @@ cdef class Verifier:
             return 0
         for s in seqs:
             if s.req.grammar is not None and SPARSE_HEAD > 0:
-                continue      # their rows wait for their masks (``row_logits``)
+                continue      # their rows wait for their masks (``greedy_grammar``, ``row_logits``)
             for i in range(min(2, s.k + 1)):
                 rows.push_back(s.row0 + i)
         self.ctx.prepare_logits_rows_c(rows)
@@ -321,3 +336,82 @@ cdef class Verifier:
                     rows.push_back(s.row0 + i)
         self.ctx.prepare_logits_rows_c(rows)
         return 0
+
+    cdef int greedy_grammar(self, list seqs) except -1:
+        """Greedy verification of the sequences of ``seqs`` (all in the last decode) that hold
+        a grammar, in lockstep; each gets ``a`` and ``y`` (``verified``).
+
+        One by one, each sequence's rows would take passes over the head of their own: at
+        concurrency 4 a plain step made four, and a speculative round up to eight, each
+        reading the whole weight for a row or two. In lockstep every sequence still verifying
+        classes its next row by its mask (``bits_c``, kept for the read): a row that allows
+        few tokens gets their logits at once (``masked_logits_c``), another joins the step's
+        one pass over the head, with the rows after it as ``ready`` takes them (two rows at a
+        sequence's first pass, the rest of its draft at the next) as long as they need the
+        whole head too (``GrammarState.whole_ahead``: their masks, the drafts taken on);
+        then each takes its masked argmax and goes on while it equals the draft. A rejection ends a sequence's rows, and
+        the passes of a round are the most any sequence needs, not their sum. The rows are
+        the same bits however they are grouped, so the tokens are what ``greedy`` gives."""
+        cdef _Seq s
+        cdef list todo = []
+        cdef int j, i, n, row, end, c, live
+        cdef int32_t y
+        cdef const uint32_t * w
+        cdef vector[int] rows, a, asked
+        cdef SamplingParams sp
+        for s in seqs:
+            s.verified = False
+            if LOCKSTEP and s.req.greedy and s.req.grammar is not None:
+                todo.append(s)
+        n = live = len(todo)
+        if n == 0:
+            return 0
+        a.assign(n, 0)
+        asked.assign(n, 0)
+        while live > 0:
+            rows.clear()
+            for j in range(n):
+                s = <_Seq> todo[j]
+                if s.verified:
+                    continue
+                row = s.row0 + a[j]
+                if self.ctx.logits_ready_c(row):
+                    continue
+                w = s.req.grammar.bits_c()
+                if SPARSE_HEAD > 0 and sd_mask_count(w, self.n_vocab) * SPARSE_HEAD <= self.n_vocab:
+                    self._lap(T_VERIFY)
+                    self.ctx.masked_logits_c(row, w)
+                    self._lap(T_HEAD)
+                    continue
+                end = s.row0 + s.k + 1
+                c = min(2, end - row) if asked[j] == 0 else end - row
+                asked[j] += 1
+                # the rows after it that ride along are those that need the whole head too
+                # (one that allows few would get them alone, cheaper)
+                c = 1 + s.req.grammar.whole_ahead(s.draft.tokens.data() + a[j], c - 1,
+                                                  SPARSE_HEAD)
+                for i in range(c):
+                    rows.push_back(row + i)
+            if rows.size():
+                self._lap(T_VERIFY)
+                self.ctx.prepare_logits_rows_c(rows)
+                self._lap(T_HEAD)
+            for j in range(n):
+                s = <_Seq> todo[j]
+                if s.verified:
+                    continue
+                self.pen = s.req.pen
+                self.grammar = s.req.grammar
+                y = self.sample(s.row0 + a[j], True, sp, None, s.draft.tokens.data(), a[j])
+                if a[j] < s.k and s.draft.tokens[a[j]] == y:
+                    a[j] += 1
+                    continue
+                s.a = a[j]
+                s.y = y
+                s.verified = True
+                live -= 1
+        return 0
+
+    cdef void _lap(self, int part) noexcept nogil:
+        if self.clock != NULL:
+            lap(self.clock, part)

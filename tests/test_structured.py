@@ -289,3 +289,49 @@ def test_a_model_without_an_end_token_refuses_constraints_clearly(bigram_tiny_pa
     with pytest.raises(ValueError, match="end-of-generation token"):
         dec.generate([3, 1, 4], max_tokens=4, regex="[a-z]+")
     assert len(dec.generate([3, 1, 4], max_tokens=4).tokens) == 4
+
+
+def test_lockstep_verification_shares_the_head_passes(exact_gemma):
+    """The greedy sequences of a decode under a grammar are verified together: the rows that
+    need the whole lazy head share its passes (a rejection ends a sequence's rows, and a row
+    rides along only where it needs the whole head too). Four schema requests on one KV
+    stream (the lazy head then serves their batch), exact mode: the tokens are those of the
+    sequences verified one after the other (``_checks.lockstep(False)``), in fewer passes
+    over the head and no more whole rows."""
+    from specdec import _checks
+    from specdec._controller import Controller, new_policy
+    from specdec._core import Context
+    from specdec.benchmark.structured_prompts import SETS
+    from specdec.drafters import create
+
+    reqs = SETS["extract"]
+    grammar = Constraint(json_schema=reqs[0].schema).compile(exact_gemma)
+
+    def run(on):
+        old = _checks.lockstep(on)
+        ctx = Context(exact_gemma, n_ctx=4 * 1024, n_batch=512, n_seq_max=4, kv_unified=True,
+                      lazy_logits=True, batch_invariant=True)
+        try:
+            d = create("ngram")
+            d.bind(ctx, 4)
+            ctl = Controller(ctx, [d], n_max=6, exact=True, n_ctx_seq=1024)
+            for i, r in enumerate(reqs):
+                ctl.join(i, exact_gemma.tokenize(r.text, add_special=True, parse_special=True),
+                         max_tokens=96, n_max=6, policy=new_policy(6),
+                         grammar=grammar.state())
+            p0 = ctx.lazy_logits_passes
+            while ctl.step():
+                pass
+            p1 = ctx.lazy_logits_passes
+            return ([ctl.tokens(i) for i in range(4)],
+                    [(ctl.text(i), ctl.finish_reason(i)) for i in range(4)],
+                    (p1[0] - p0[0], p1[1] - p0[1]))
+        finally:
+            _checks.lockstep(old)
+            ctx.close()
+
+    one_by_one, together = run(False), run(True)
+    assert together[0] == one_by_one[0]
+    assert together[2][0] < 0.8 * one_by_one[2][0], (together[2], one_by_one[2])
+    assert together[2][1] <= one_by_one[2][1], (together[2], one_by_one[2])
+    assert together[1] == one_by_one[1]
