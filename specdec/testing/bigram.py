@@ -225,6 +225,9 @@ class _Tensors:
         arch = fields["general.architecture"].contents()
         nextn = fields.get(f"{arch}.nextn_predict_layers")
         self.n_layer = int(fields[f"{arch}.block_count"].contents()) - (int(nextn.contents()) if nextn else 0)
+        eos = fields.get(gguf.Keys.Tokenizer.EOS_ID)
+        # the end-of-generation token (None: none); a draft for the model declares the same
+        self.eos: int | None = int(eos.contents()) if eos is not None else None
 
     def __getitem__(self, name: str) -> np.ndarray:
         t = self.by_name[name]

@@ -59,9 +59,10 @@ def byte_alphabet() -> list[str]:
     return [chr(table[b]) for b in range(256)]
 
 
-def successor_dims(n_vocab: int, *, n_ctx_train: int) -> LlamaDims:
-    """A one-layer llama wide enough for one-hot embeddings of ``n_vocab`` tokens."""
-    return LlamaDims(n_vocab=n_vocab, n_embd=-(-n_vocab // 32) * 32, n_layer=1, n_head=4,
+def successor_dims(n_vocab: int, *, n_ctx_train: int, n_layer: int = 1) -> LlamaDims:
+    """A llama (one layer unless told) wide enough for one-hot embeddings of ``n_vocab``
+    tokens."""
+    return LlamaDims(n_vocab=n_vocab, n_embd=-(-n_vocab // 32) * 32, n_layer=n_layer, n_head=4,
                      n_head_kv=2, n_ff=64, n_ctx_train=n_ctx_train)
 
 
@@ -103,8 +104,10 @@ def write_tiny_chat(
     chat_template: Optional[str],
     reply: str = "Hi!",
     end_token: Optional[str] = None,
+    n_layer: int = 1,
 ) -> Path:
-    """A 1-layer llama whose greedy reply to any prompt is ``reply`` then ``end_token``.
+    """A llama whose greedy reply to any prompt is ``reply`` then ``end_token``; its layers
+    (``n_layer``, one unless told: more, for drafters that keep some) add nothing.
 
     ``family`` picks the special tokens (see ``FAMILIES``); ``chat_template`` is written as
     ``tokenizer.chat_template`` (None: no template). ``reply`` is ASCII with no character
@@ -122,7 +125,7 @@ def write_tiny_chat(
     succ = np.full(n_vocab, chain[0])
     for a, b in zip(chain, chain[1:]):
         succ[a] = b
-    d = successor_dims(n_vocab, n_ctx_train=2048)
+    d = successor_dims(n_vocab, n_ctx_train=2048, n_layer=n_layer)
     fill = successor_fill(succ, d, LOGIT)
 
     def add_kv(w: gguf.GGUFWriter) -> None:

@@ -203,6 +203,8 @@ def write_dflash_draft(
         if causal:
             w.add_bool(f"{ARCH}.attention.causal", True)
         add_test_tokenizer(w, n_vocab)
+        if ts.eos is not None:
+            w.add_eos_token_id(ts.eos)   # the target's vocabulary, its end token included
         if mask_token >= 0:
             w.add_uint32(gguf.Keys.Tokenizer.MASK_ID, mask_token)
         w.add_float32(ACCEPTANCE_KEY, float(acceptance))

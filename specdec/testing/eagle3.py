@@ -135,6 +135,7 @@ def write_eagle3_draft(
     the errors); the tensors follow the target otherwise.
     """
     embd, succ, n_layer, n_target_vocab = _target_facts(target)
+    eos = _Tensors(target).eos
     n_vocab = n_target_vocab if n_vocab is None else int(n_vocab)
     if not 0 < n_vocab <= n_target_vocab:
         raise ValueError(f"n_vocab must be in 1..{n_target_vocab}, got {n_vocab}")
@@ -168,6 +169,8 @@ def write_eagle3_draft(
         w.add_uint32(f"{ARCH}.target_hidden_size", hidden)
         w.add_bool(f"{ARCH}.norm_before_residual", True)
         add_test_tokenizer(w, n_vocab)
+        if eos is not None:
+            w.add_eos_token_id(eos)      # the target's vocabulary, its end token included
         w.add_float32(NOISE_KEY, float(noise))
 
     return write_gguf(path, ARCH, layout, lambda name, ne: tensors[name], add_kv, dtype=dtype,
