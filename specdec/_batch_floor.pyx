@@ -21,7 +21,8 @@ drafter that does not pay. While drafting is on, every 16th round at a size is h
 so the rate it is compared with is measured under the machine's current load (on a
 shared machine it drifts); until three such rounds are measured, every 4th is. A fixed
 draft length is the caller's choice: rounds in which one drafts are neither held nor
-measured.
+measured. A batch drafted by a model is measured per cap instead (``_batch_length``):
+the floor judges the rounds that one does not take.
 """
 from libcpp.vector cimport vector
 

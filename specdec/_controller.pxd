@@ -5,6 +5,7 @@ from libcpp.vector cimport vector
 from ._core cimport Model, Context, Batch
 from ._policy cimport BatchCost
 from ._batch_floor cimport BatchFloor
+from ._batch_length cimport BatchLength
 from ._timing cimport Clock
 from ._verify cimport Verifier
 from ._seq cimport _Seq, _SeqCounters
@@ -29,6 +30,7 @@ cdef class Controller:
     cdef Verifier verifier
     cdef BatchCost batch_cost    # each sequence's part of a verify batch's time, for its policy
     cdef readonly BatchFloor floor   # the batch's rounds with drafts against those without
+    cdef readonly BatchLength length # the measured draft length of a batch with a model drafter
     cdef Clock clock
     cdef Asks asks               # one drafter's asks of the round being drafted
     cdef vector[int32_t] scratch

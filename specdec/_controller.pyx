@@ -121,6 +121,7 @@ cdef class Controller:
         self.verifier = Verifier(ctx)
         self.batch_cost = BatchCost()
         self.floor = BatchFloor(ctx.n_seq_max)
+        self.length = BatchLength(ctx.n_seq_max)
         self.verifier.clock = &self.clock
         self.totals = _SeqCounters()
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
@@ -360,6 +361,7 @@ cdef class Controller:
             room = self.rollback.cap_drafts(min(s.req.out.max_tokens - s.req.out.n_tokens,
                                                 self.n_ctx_seq - s.mem.n_past - 1,
                                                 self.max_rows - rows - 1))
+            s.k_lim = room
             s.k_cap = min(s.k_want, room)
             # a grammar's forced tokens cost no drafting and are accepted: a sequence that
             # drafts takes them up to its n_max whatever the policy's cap (0 included)
@@ -367,7 +369,10 @@ cdef class Controller:
                         if s.req.grammar is not None and s.req.n_drafters > 0 else 0)
             rows += max(s.k_cap, s.k_room, 0) + 1
             in_batch.append(s)
-        self.floor.judge(in_batch)      # the batch's floor may hold the adaptive drafts
+        # a batch drafted by a model: its length measured (``_batch_length``); else the
+        # batch's floor may hold the adaptive drafts
+        if not self.length.judge(in_batch):
+            self.floor.judge(in_batch)
         draft_caps(self.batch_cost, in_batch)
         lap(&self.clock, T_CONTROL)
         propose(self.asks, in_batch, self.isolate, self.errors)
@@ -395,6 +400,7 @@ cdef class Controller:
         lap(&self.clock, T_CONTROL)
         self.totals.t_gen += self.clock.mark - t0
         self.floor.settle(in_batch, self.clock.mark - t0)
+        self.length.settle(in_batch, self.clock.mark - t0)
         for s in in_batch:
             s.cnt.t_gen += self.clock.mark - t0
             for i in range(N_PARTS):

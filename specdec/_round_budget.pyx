@@ -9,7 +9,8 @@ applies to several sequences under the adaptive policy once verify batches were 
 before drafting it cuts the caps to the rows that would pay for the whole batch, their
 draft time counted; after drafting it gives the verify rows to the drafts that pay, by each
 request's own acceptance. A round a sequence's policy explores or probes in keeps what its
-policy chose, and under load no sequence drafts.
+policy chose, and under load no sequence drafts. A round whose cap is the batch's measured
+length (``_batch_length``: a batch drafted by a model) verifies every draft, uncut.
 """
 from libcpp.vector cimport vector
 
@@ -35,7 +36,9 @@ cdef int draft_caps(BatchCost batch_cost, list seqs) except -1:
     cdef _Seq s
     _budget(batch_cost, seqs, False, 0.0)
     for s in seqs:
-        s.p_stop = s.req.policy.p_stop() if s.k_cap > 0 else 0.0
+        # a batch's measured length (``_batch_length``) is its rate's at that cap: no
+        # confidence floor of a policy that did not choose it
+        s.p_stop = s.req.policy.p_stop() if s.k_cap > 0 and not s.batch_len else 0.0
     return 0
 
 
@@ -49,13 +52,17 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
         # for good: the longer the pause, the dearer the next draft would look)
         if s.k_cap == s.k_want:
             s.req.policy.observe_draft_time(s.k_cap, s.t_asked)
+        if s.batch_len:     # the batch's measured length: all of it is verified
+            s.k = s.draft.tokens.size()
+            continue
         # (a round whose cap was 0 drafted forced tokens only: to its policy, a plain round)
         s.k = s.req.policy.choose(s.draft.tokens.size() if s.k_cap > 0 else 0, s.t_asked)
         s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
     _budget(batch_cost, seqs, True, t_drafted)
     for s in seqs:
         s.pred_e = s.req.policy.predicted_tokens
-        s.pred_t = s.req.policy.predicted_time if s.k_cap > 0 else 0.0   # no drafter asked: no sample
+        # no drafter asked, or the batch's length (no prediction of the policy): no sample
+        s.pred_t = s.req.policy.predicted_time if s.k_cap > 0 and not s.batch_len else 0.0
         if s.k < <int>s.draft.tokens.size():
             s.draft.tokens.resize(s.k)
             if s.k == 0:
@@ -85,6 +92,10 @@ cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted
     for s in seqs:
         k = <int>s.draft.tokens.size() if drafted else s.k_cap     # the most it may verify
         if k <= 0:
+            continue
+        if s.batch_len:     # its rows are the batch's measured length's (``_batch_length``)
+            tokens += s.req.acc.gain(k)
+            time += b * k
             continue
         if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
             free.append(s)

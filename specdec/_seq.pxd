@@ -44,6 +44,7 @@ cdef class _SeqRequest:
     cdef GrammarState grammar    # what the output must match (None: anything)
     cdef list drafters           # the sequence's drafters, tried in order
     cdef int n_drafters
+    cdef bint model_drafter      # its first drafter has a model (drafts a batch per decode)
     cdef int n_min
     cdef DraftPolicy policy
     cdef Acceptance acc          # this request's own acceptance (the batch budget weighs it)
@@ -83,6 +84,9 @@ cdef class _Seq:
     cdef int n_forced            # draft tokens the grammar forced this round (they lead it)
     cdef int row0                # batch index of ``last`` in the current verify batch (-1: none)
     cdef int k_want, k_cap       # drafts the policy wants, and the cap asked for
+    cdef int k_lim               # the round's limits on drafts (tokens left, context, rows)
+    cdef bint batch_len          # the cap is the batch's measured length (``_batch_length``):
+                                 # every draft is verified, the policy does not cut it
     cdef int k_room              # the most a grammar's forced tokens may take (the round's
                                  # limits, not the policy's cap: they are free and accepted)
     cdef double p_stop           # the policy's confidence floor for the drafter

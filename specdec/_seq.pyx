@@ -51,6 +51,7 @@ cdef _SeqRequest new_request(Model model, prompt, list drafters, int max_tokens,
     cdef _SeqRequest r = _SeqRequest()
     r.drafters = drafters
     r.n_drafters = len(drafters)
+    r.model_drafter = r.n_drafters > 0 and bool(drafters[0].has_model)
     if r.n_drafters == 0:
         n_max = 0
     r.policy = policy if policy is not None else DraftPolicy(n_max)

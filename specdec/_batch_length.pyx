@@ -1,0 +1,257 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The draft length of a batch whose drafter has a model, chosen by measuring the batch.
+
+A drafter with a model (an MTP head, a draft model, EAGLE-3, DFlash) drafts every sequence
+of a round with one decode of its context per draft step (``propose_batch``), and the
+target verifies every sequence's rows in one decode: what a round costs is the batch's
+(a decode's fixed part, each draft step, each row), not a sum of sequences' parts. Each
+sequence's adaptive policy prices its drafts by its share of the batch (``BatchCost``'s
+line ``T(R) = a + b R``) and the draft budget (``_batch_budget``) by that line too: a
+model, fitted to the batches the policy happened to choose. On a 2-core CPU, at 4 slots of
+the mid bigram model and its MTP head right 90% of the time, the rounds it saw (mostly
+plain ones, all of 4 rows) left the line half and half, a row looked twice its cost, and
+the adaptive Engine drafted almost nothing (0.83-0.93x plain) where a fixed length of 3
+ran at 1.15-1.19x.
+
+So such a batch's length is not modelled but measured: for each number ``n`` of running
+sequences, the token rate of whole rounds (drafting, verifying, everything) at each cap
+``k`` (0: plain decoding) the batch was given, and the cap with the best rate is used.
+It climbs: besides the best cap, its neighbours are tried (every 2nd round while one of
+them has fewer than ``MIN_SAMPLES`` rounds, then every 8th, in turn, and every third time
+the far cap: one not measured yet, else the best measured past the neighbours), and a cap
+that beats the best by ``MARGIN`` becomes the best. Verify and draft costs grow steadily
+with the length and acceptance falls with depth, so the rate over ``k`` has one peak (the
+far cap is there for the noise that hides it); at the peak, a neighbour costs a few
+percent for an eighth of the rounds. While plain decoding is the best, cap 1 and the far
+cap are tried in turn after 8 rounds, then 16, ... up to 128 while they keep losing; while drafting is, a plain round in 32 keeps the rate to
+beat measured (and jumps back to plain when it wins), so the batch is never held below
+plain decoding for long. A batch size first seen starts from the best cap of the nearest
+size measured (rows cost relatively more in bigger batches, but the best lengths of
+neighbouring sizes are close), else at 1.
+
+Each cap's rate is the ratio of its decayed tokens and seconds (the last ~7 rounds of that
+cap), a round's time clipped at 1.5 times the cap's mean once it has two (a preempted
+round on a shared machine, 5x, must not decide; a round's own noise is about 20%). Which sequences and rounds it applies to is the
+controller's (``judge``): rounds of two or more sequences all of whose drafting sequences
+are adaptive with a model drafter. The cap it gives is each sequence's ``k_cap`` (within
+the round's limits), every draft is verified, and each sequence's own policy goes on
+learning (acceptance, costs) for rounds it drafts alone.
+"""
+from libcpp.vector cimport vector
+
+from ._seq cimport _Seq
+
+DEF DECAY = 0.85          # a cap's rate follows its last ~7 rounds
+DEF MIN_SAMPLES = 2       # rounds of a cap before its rate is compared
+DEF EARLY_EVERY = 2       # a neighbour tried every 2nd round while one lacks samples ...
+DEF EXPLORE_EVERY = 8     # ... then every 8th
+DEF PLAIN_EVERY = 32      # while drafting is best (cap >= 2), a plain round in 32
+DEF UP_FIRST = 8          # plain best: cap 1 tried after 8 rounds, doubling while it loses
+DEF UP_MAX = 128
+DEF CLIP = 1.5           # a round's time counts at most this many times its cap's mean
+DEF MARGIN = 0.02         # a neighbour must beat the best by this much (the rates' noise)
+DEF START = 1             # the first cap of a batch size with no measured neighbour
+
+
+cdef class BatchLength:
+    """BatchLength(n_seq_max)
+--
+
+    The measured draft length of rounds of 2..``n_seq_max`` sequences (see the module)."""
+
+    def __init__(self, int n_seq_max):
+        self.n_seq_max = max(n_seq_max, 1)
+        cdef int m = self.n_seq_max + 1
+        self.tok.assign(m, vector[double]())
+        self.sec.assign(m, vector[double]())
+        self.w.assign(m, vector[double]())
+        self.cnt.assign(m, vector[int]())
+        self.best.assign(m, -1)
+        self.rounds.assign(m, 0)
+        self.side.assign(m, 0)
+        self.up_gap.assign(m, UP_FIRST)
+        self.up_last.assign(m, 0)
+        self.n_rounds = self.n_switches = 0
+        self.kind = self.n_in = self.k_round = 0
+        self.tokens0 = 0
+
+    cdef void _size(self, int n, int k_top) noexcept:
+        """Room for caps ``0..k_top`` at ``n``."""
+        if <int>self.tok[n].size() < k_top + 1:
+            self.tok[n].resize(k_top + 1, 0.0)
+            self.sec[n].resize(k_top + 1, 0.0)
+            self.w[n].resize(k_top + 1, 0.0)
+            self.cnt[n].resize(k_top + 1, 0)
+
+    cdef double rate(self, int n, int k) noexcept:
+        """Measured tokens per second of the rounds of ``n`` sequences at cap ``k`` (0: none)."""
+        if n < 1 or n > self.n_seq_max or k < 0 or k >= <int>self.tok[n].size():
+            return 0.0
+        return self.tok[n][k] / self.sec[n][k] if self.sec[n][k] > 0.0 else 0.0
+
+    cdef bint _measured(self, int n, int k) noexcept:
+        return 0 <= k < <int>self.cnt[n].size() and self.cnt[n][k] >= MIN_SAMPLES
+
+    cdef int _start(self, int n, int k_top) noexcept:
+        """The first best cap at ``n``: the nearest measured size's, else ``START``."""
+        cdef int d
+        for d in range(1, self.n_seq_max + 1):
+            if n + d <= self.n_seq_max and self.best[n + d] >= 0:
+                return min(self.best[n + d], k_top)
+            if n - d >= 2 and self.best[n - d] >= 0:
+                return min(self.best[n - d], k_top)
+        return min(START, k_top)
+
+    cdef int _far(self, int n, int b, int k_top) noexcept:
+        """The cap past the best's neighbours to try (-1: none): one not measured yet, else
+        the best measured. The rate over the cap has one peak, but a round's noise can hide
+        it behind a neighbour that looks worse (at 8 slots, cap 1 lost to plain decoding
+        while cap 4 beat it)."""
+        cdef int c, far = -1
+        cdef double r_far = 0.0
+        for c in range(k_top + 1):
+            if c >= b - 1 and c <= b + 1:
+                continue
+            if not self._measured(n, c):
+                return c
+            if self.rate(n, c) > r_far:
+                r_far = self.rate(n, c)
+                far = c
+        return far
+
+    cdef int decide(self, int n, int k_top) noexcept:
+        """The cap of a round of ``n`` sequences whose caps may go up to ``k_top``."""
+        if n < 2 or n > self.n_seq_max or k_top <= 0:
+            return max(k_top, 0)
+        self._size(n, k_top)
+        if self.best[n] < 0:
+            self.best[n] = self._start(n, k_top)
+        cdef int b = min(self.best[n], k_top), r, lo, hi, far
+        self.rounds[n] += 1
+        r = self.rounds[n]
+        lo = b - 1
+        hi = b + 1 if b + 1 <= k_top else -1
+        if b == 0:
+            # plain decoding is best: cap 1 (or the far cap) now and then, less often while
+            # drafting keeps losing
+            if r - self.up_last[n] >= self.up_gap[n]:
+                self.up_last[n] = r
+                self.side[n] = 1 - self.side[n]
+                far = self._far(n, 0, k_top)
+                return far if self.side[n] and far > 0 else 1
+            return 0
+        cdef bint early = not (self._measured(n, b) and self._measured(n, lo)
+                               and (hi < 0 or self._measured(n, hi)))
+        if r % (EARLY_EVERY if early else EXPLORE_EVERY) == 0:
+            if early:
+                if hi < 0 or not self._measured(n, lo):
+                    return lo
+                return hi
+            # the neighbours in turn, and every third time the far cap
+            self.side[n] = (self.side[n] + 1) % 3
+            far = self._far(n, b, k_top)
+            if self.side[n] == 2 and far >= 0:
+                return far
+            return hi if self.side[n] == 1 and hi >= 0 else lo
+        if b >= 2 and r % PLAIN_EVERY == 3:      # (odd: never a neighbour's round)
+            return 0
+        return b
+
+    cdef void observe(self, int n, int k, double tokens, double t) noexcept:
+        """A round of ``n`` sequences at cap ``k`` made ``tokens`` tokens in ``t`` seconds."""
+        if n < 2 or n > self.n_seq_max or k < 0 or t <= 0.0 or tokens <= 0.0:
+            return
+        self._size(n, k)
+        if self.cnt[n][k] >= MIN_SAMPLES and t > CLIP * self.sec[n][k] / self.w[n][k]:
+            t = CLIP * self.sec[n][k] / self.w[n][k]
+        self.tok[n][k] = DECAY * self.tok[n][k] + tokens
+        self.sec[n][k] = DECAY * self.sec[n][k] + t
+        self.w[n][k] = DECAY * self.w[n][k] + 1.0
+        self.cnt[n][k] += 1
+        cdef int b = self.best[n], c, top = <int>self.tok[n].size() - 1
+        if b < 0:
+            return
+        b = min(b, top)
+        if not self._measured(n, b):
+            return
+        cdef int nb = b
+        cdef double r_best = self.rate(n, b)
+        for c in range(top + 1):
+            if c == b or not self._measured(n, c):
+                continue
+            if self.rate(n, c) > (1.0 + MARGIN) * r_best:
+                r_best = self.rate(n, c)
+                nb = c
+        if nb != b:
+            self.best[n] = nb
+            self.n_switches += 1
+            if nb == 0:
+                self.up_gap[n] = UP_FIRST
+                self.up_last[n] = self.rounds[n]
+        elif b == 0 and k > 0:
+            self.up_gap[n] = min(2 * self.up_gap[n], UP_MAX)     # drafting lost again
+
+    cdef int judge(self, list seqs) except -1:
+        """Before drafting, the round's running ``seqs`` (``k_lim`` set): 1 when their length
+        is the batch's (their ``k_cap`` set, ``batch_len`` marked), else 0 (their policies
+        decide, and the batch's floor)."""
+        cdef _Seq s
+        cdef int k_top = 0, n_drafting = 0
+        self.kind = 0
+        for s in seqs:
+            s.batch_len = False
+        if len(seqs) < 2:
+            return 0
+        for s in seqs:
+            if s.req.n_drafters == 0:
+                continue
+            if not (s.req.policy.adaptive and s.req.model_drafter):
+                return 0
+            n_drafting += 1
+            k_top = max(k_top, s.req.policy.n_max)
+        if n_drafting == 0 or k_top <= 0:
+            return 0
+        self.n_in = len(seqs)
+        self.k_round = self.decide(self.n_in, k_top)
+        self.kind = 1
+        self.n_rounds += 1
+        self.tokens0 = 0
+        for s in seqs:
+            self.tokens0 += s.req.out.n_tokens
+            if s.req.n_drafters > 0:
+                s.batch_len = True
+                s.k_cap = min(self.k_round, s.k_lim, s.req.policy.n_max)
+        return 1
+
+    cdef int settle(self, list seqs, double t) except -1:
+        """After the round judged last (``seqs``: the same sequences), which took ``t``
+        seconds: its tokens, at its cap."""
+        cdef _Seq s
+        cdef long tokens = -self.tokens0
+        if self.kind == 0:
+            return 0
+        for s in seqs:
+            tokens += s.req.out.n_tokens
+        self.observe(self.n_in, self.k_round, tokens, t)
+        self.kind = 0
+        return 0
+
+    def decide_round(self, int n, int k_top) -> int:
+        """``decide`` from Python: the cap of a round of ``n`` sequences (caps up to ``k_top``)."""
+        return self.decide(n, k_top)
+
+    def observe_round(self, int n, int k, double tokens, double seconds) -> None:
+        """``observe`` from Python."""
+        self.observe(n, k, tokens, seconds)
+
+    def state(self, int n) -> dict:
+        """At ``n`` sequences: the best cap (-1: none yet), each cap's rate (tokens/s, 0
+        unmeasured) and rounds, the rounds decided."""
+        if n < 0 or n > self.n_seq_max:
+            raise ValueError(f"n must be in 0..{self.n_seq_max}")
+        return {"best": self.best[n], "rounds": self.rounds[n],
+                "rates": [self.rate(n, k) for k in range(self.tok[n].size())],
+                "samples": [self.cnt[n][k] for k in range(self.cnt[n].size())],
+                "up_gap": self.up_gap[n], "switches": self.n_switches,
+                "judged": self.n_rounds}

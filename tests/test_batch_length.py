@@ -1,0 +1,129 @@
+"""The measured draft length of a batch drafted by a model (``specdec._batch_length``).
+
+The rounds' rates are synthetic (a rate per cap, with seeded noise on each round's time):
+what is checked is the climb (which cap it settles on, what its choices cost against the
+best cap's rate) and the schedules, never a timing. One Engine test checks that an MTP
+Engine's adaptive rounds of several sequences take the batch's length, and that the output
+is plain greedy decoding's.
+"""
+import random
+
+import pytest
+from bigram_greedy import greedy_cycle
+
+from specdec import Engine
+from specdec._batch_length import BatchLength
+
+N = 4
+
+
+def _run(bl, rates, rounds, n=N, noise=0.2, seed=0, slow=()):
+    """``rounds`` rounds of ``n`` sequences, each at the cap ``bl`` decides, yielding at
+    ``rates[k]`` tokens/s (time times 1 + noise * U(0, 1); rounds in ``slow`` 5x slower).
+    Returns the caps and the tokens and seconds of every round."""
+    rnd = random.Random(seed)
+    caps, toks, secs = [], [], []
+    for r in range(rounds):
+        k = bl.decide_round(n, len(rates) - 1)
+        tok = n * (1.0 + 0.7 * k)
+        t = tok / rates[k] * (1.0 + noise * rnd.random()) * (5.0 if r in slow else 1.0)
+        bl.observe_round(n, k, tok, t)
+        caps.append(k)
+        toks.append(tok)
+        secs.append(t)
+    return caps, toks, secs
+
+
+def _share_of_best(rates, toks, secs, start):
+    """The token rate of rounds ``start..`` against the best cap's (noise's mean removed)."""
+    return sum(toks[start:]) / sum(secs[start:]) * 1.1 / max(rates)
+
+
+# the rate over the cap, as measured for an MTP head at 4 slots on a 2-core CPU (90%: best
+# fixed length 3; 70%: about plain; 50%: every draft loses) and on a GPU (rows nearly free)
+PEAKS = {"cpu90": [1.0, 1.05, 1.10, 1.19, 1.07], "cpu70": [1.0, 0.99, 0.94, 0.90, 0.85],
+         "cpu50": [1.0, 0.90, 0.80, 0.75, 0.65], "gpu": [1.0, 1.30, 1.50, 1.65, 1.75]}
+
+
+@pytest.mark.parametrize("name", sorted(PEAKS))
+@pytest.mark.parametrize("seed", range(3))
+def test_the_climb_settles_on_the_best_cap_and_costs_little(name, seed):
+    rates = PEAKS[name]
+    bl = BatchLength(8)
+    caps, toks, secs = _run(bl, rates, 800, seed=seed)
+    # the best cap, or one within the margin of its rate (70%: plain and cap 1 are 1% apart)
+    assert rates[bl.state(N)["best"]] >= 0.97 * max(rates), (bl.state(N), caps[-40:])
+    # past the first rounds, the batch runs within 3% of its best cap's rate
+    assert _share_of_best(rates, toks, secs, 100) >= 0.97
+    # never below plain decoding, even with the learning counted
+    assert _share_of_best(rates, toks, secs, 0) * max(rates) >= 0.97 * rates[0]
+
+
+def test_plain_best_tries_cap_one_ever_less_often():
+    bl = BatchLength(4)
+    caps, _, _ = _run(bl, PEAKS["cpu50"], 1000, noise=0.0)
+    at = [r for r, k in enumerate(caps) if k > 0 and r > 50]
+    gaps = [b - a for a, b in zip(at, at[1:])]
+    assert gaps and gaps[-1] == 128, gaps
+    assert all(b >= a for a, b in zip(gaps, gaps[1:])), gaps
+    assert bl.state(N)["up_gap"] == 128
+
+
+def test_drafting_best_keeps_plain_measured_and_drops_to_it_when_it_wins():
+    """While cap 3 is best, a plain round in 32; when drafting stops paying (the text
+    changed), the batch is back at plain decoding within a few plain rounds."""
+    bl = BatchLength(4)
+    caps, _, _ = _run(bl, PEAKS["cpu90"], 400, noise=0.0)
+    assert bl.state(N)["best"] == 3
+    plain = [r for r, k in enumerate(caps) if k == 0 and r > 100]
+    assert 8 <= len(plain) <= 14, plain
+    caps, _, _ = _run(bl, [1.0, 0.6, 0.5, 0.45, 0.4], 200, noise=0.0)
+    assert bl.state(N)["best"] == 0, caps
+
+
+def test_a_preempted_round_does_not_switch_the_best():
+    bl = BatchLength(4)
+    _run(bl, PEAKS["cpu90"], 300, noise=0.0)
+    assert bl.state(N)["best"] == 3
+    switches = bl.state(N)["switches"]
+    _run(bl, PEAKS["cpu90"], 40, noise=0.0, slow={5, 17})
+    assert bl.state(N)["best"] == 3
+    assert bl.state(N)["switches"] == switches
+
+
+def test_each_size_is_measured_on_its_own_and_starts_from_its_neighbour():
+    bl = BatchLength(8)
+    _run(bl, PEAKS["cpu90"], 300, n=4, noise=0.0)
+    assert bl.state(4)["best"] == 3
+    assert bl.state(8)["best"] == -1              # nothing measured at 8 yet
+    assert bl.decide_round(8, 4) == 3             # ... so it starts from 4's best
+    _run(bl, PEAKS["cpu50"], 300, n=8, noise=0.0)
+    assert bl.state(8)["best"] == 0
+    assert bl.state(4)["best"] == 3               # 4 keeps its own
+
+
+def test_out_of_range_sizes_and_caps():
+    bl = BatchLength(4)
+    assert bl.decide_round(1, 4) == 4             # one sequence: its own policy decides
+    assert bl.decide_round(5, 4) == 4
+    assert bl.decide_round(3, 0) == 0
+    bl.observe_round(9, 1, 4.0, 0.1)              # ignored
+    with pytest.raises(ValueError):
+        bl.state(5)
+
+
+def test_an_mtp_engine_batch_takes_the_measured_length(bigram_tiny_path):
+    """Adaptive MTP requests sharing rounds: the batch's length decides their caps, every
+    draft is verified, and each request's tokens are plain greedy decoding's."""
+    prompts = [[first] + greedy_cycle(bigram_tiny_path, [first], 7) for first in (3, 12, 21, 30)]
+    with Engine(bigram_tiny_path, drafters=["mtp"], n_slots=4, n_ctx=512, n_max=4,
+                adaptive=True) as eng:
+        for _ in range(2):
+            res = [h.result(120) for h in [eng.submit(p, max_tokens=40) for p in prompts]]
+            for p, r in zip(prompts, res):
+                assert r.tokens == greedy_cycle(bigram_tiny_path, p, 40)
+        length = eng._core.ctl.length
+        assert length.n_rounds > 0
+        assert sum(length.state(n)["rounds"] for n in range(2, 5)) == length.n_rounds
+        assert eng._core.ctl.floor.state(4)["rounds"] == 0      # the floor judged none of them
+        assert sum(r.stats.drafted for r in res) > 0
