@@ -3,6 +3,7 @@ reports are measured by the benchmark itself, never asserted here)."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -26,6 +27,9 @@ def test_engine_mtp_case_runs_every_method_and_reports(cache, tmp_path):
         assert len(r["tok_s_runs"]) == 2 and r["tok_s"] > 0
         assert r["vs_plain"] == pytest.approx(r["tok_s"] / rows[engine_mtp.PLAIN]["tok_s"])
         assert r["vs_llama_server"] is None        # no peer ran
+        plain_runs = rows[engine_mtp.PLAIN]["tok_s_runs"]
+        assert r["vs_plain_paired"] == pytest.approx(statistics.median(
+            a / b for a, b in zip(r["tok_s_runs"], plain_runs)))
     assert rows[engine_mtp.FIXED]["acceptance"] > 0.5
     # the peer's row says why it did not run
     assert "tok_s" not in rows[engine_mtp.LLAMA]
@@ -61,3 +65,12 @@ def test_gpu_placement_reaches_both_sides(cache, tmp_path, monkeypatch):
     assert argv[argv.index("-ngl") + 1] == "99" and argv[argv.index("-np") + 1] == "4"
     cpu = engine_mtp.llama_server_argv(Path("llama-server"), "m.gguf", 1234, 4, 2, 0)
     assert "-ngl" not in cpu or cpu[cpu.index("-ngl") + 1] == "0"
+
+
+def test_paired_ratio_compares_passes_of_one_round():
+    """A drifting machine: plain and the method slow down together. The ratio of medians
+    mixes rounds; the paired ratio compares each round's passes."""
+    plain = [{"tok_s": 100.0}, {"tok_s": 50.0}, {"tok_s": 80.0}]
+    method = [{"tok_s": 110.0}, {"tok_s": 55.0}, {"tok_s": 88.0}]
+    assert engine_mtp.paired_ratio(method, plain) == pytest.approx(1.1)
+    assert engine_mtp.paired_ratio([], plain) is None

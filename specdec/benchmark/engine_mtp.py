@@ -9,7 +9,8 @@ each): the Engine plain, with the head at a fixed ``n_max``, and under the adapt
 and llama-server with ``--spec-type draft-mtp`` and ``-np`` = slots (its own MTP head, the
 same file). A pass's aggregate tokens/s is its generated tokens over its wall time. The
 methods take turns pass by pass, in rotating order, ``reps`` times each, so that a shared
-machine's load falls on all of them alike; each keeps its median pass.
+machine's load falls on all of them alike; each keeps its median pass. Its ratio to plain
+is given as the ratio of the medians and paired, pass by pass (:func:`paired_ratio`).
 """
 from __future__ import annotations
 
@@ -145,6 +146,7 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
                     drafted = sum(r["drafted"] for r in got)
                     row.update(tok_s=tok_s, tok_s_runs=[r["tok_s"] for r in got],
                                vs_plain=tok_s / plain,
+                               vs_plain_paired=paired_ratio(got, runs[PLAIN]),
                                acceptance=(sum(r["accepted"] for r in got) / drafted
                                            if drafted else None))
                 rows.append(row)
@@ -152,6 +154,16 @@ def run(out_dir: Path, *, n_gen: int = 48, reps: int = 3, threads: int = 2,
                    n_gpu_layers=n_gpu_layers)
     return _write(out_dir, rows, size=size, n_gen=n_gen, reps=reps, threads=threads,
                   n_gpu_layers=n_gpu_layers)
+
+
+def paired_ratio(runs: Sequence[Dict[str, Any]], plain: Sequence[Dict[str, Any]]
+                 ) -> Optional[float]:
+    """The median over passes of a method's tok/s over the plain pass of the same round of
+    turns. A machine's speed drifts between rounds (plain passes of one idle run spread over
+    25%); paired, each ratio compares passes a few seconds apart, which the ratio of two
+    medians does not."""
+    pairs = [r["tok_s"] / p["tok_s"] for r, p in zip(runs, plain) if p["tok_s"]]
+    return statistics.median(pairs) if pairs else None
 
 
 def _write(out_dir: Path, rows: List[Dict[str, Any]], **meta: Any) -> Dict[str, Any]:
@@ -183,14 +195,15 @@ def markdown(results: Dict[str, Any]) -> str:
     lines = [f"## Engine MTP under concurrency: {results['size']} bigram model, {results['head']}, "
              + where
              + f", {results['n_gen']} tokens per request, {results['reps']} passes each", "",
-             "| head accuracy | slots | method | tok/s | x plain | x llama-server | acceptance |"
-             " note |", "|---|---|---|---|---|---|---|---|"]
+             "| head accuracy | slots | method | tok/s | x plain | x plain, paired | x llama-server"
+             " | acceptance | note |", "|---|---|---|---|---|---|---|---|---|"]
 
     def f(x: Optional[float], fmt: str) -> str:
         return "-" if x is None else format(x, fmt)
     for r in results["rows"]:
         lines.append(f"| {r['accuracy']:.0%} | {r['slots']} | {r['method']} | "
                      f"{f(r.get('tok_s'), '.1f')} | {f(r.get('vs_plain'), '.2f')} | "
+                     f"{f(r.get('vs_plain_paired'), '.2f')} | "
                      f"{f(r.get('vs_llama_server'), '.2f')} | "
                      f"{f(r.get('acceptance'), '.2f')} | {r['note']} |")
     return "\n".join(lines) + "\n"
