@@ -1,8 +1,8 @@
 """Run a benchmark matrix: specdec and its peers side by side, alternating, medians.
 
-Long, and one file, because ``Runner`` is one run's state (rows, progress, checkpoints,
-peers) that every step reads and writes (just over 600 lines); what each step times lives apart
-(``timed_sample``, ``sampled_row``, ``interleave``, ``oracle``, ``peers``, ``report``).
+``Runner`` is one run's state (rows, progress, checkpoints, peers) that every step reads and
+writes; what each step times or checks lives apart (``timed_sample``, ``sampled_row``,
+``interleave``, ``exact_checks``, ``peers``, ``report``).
 
 For each case (a model) and prompt, every method runs once per round, in turn, for
 ``reps`` rounds (A B C A B C): drift on these machines hits every method alike,
@@ -33,6 +33,7 @@ from .._core import Model
 from . import llama_tools, machine, peers
 from .case_models import CaseModels
 from .head_times import time_heads
+from .exact_checks import exact_check
 from .interleave import interleave
 from .matrix import LCP, LLAMA_CPP, SPECDEC, Case, Matrix, Method
 from .oracle import Oracle
@@ -258,7 +259,7 @@ class Runner:
         rows += self._keep(self._plain_vs_llama_bench(case, model, decs[plain], target, errors))
         for p in case.prompts:
             rows += self._keep(self._run_prompt(case, p, model, decs, errors, target, draft))
-        self._exact_check(case, target, mtp, rows, exact_model)
+        exact_check(self, case, target, mtp, rows, exact_model)
         return rows
 
     def _keep(self, rows: List[Row]) -> List[Row]:
@@ -468,81 +469,6 @@ class Runner:
             n_ctx=self._case_n_ctx,
             threads=self.threads)
         return Sample(out["tok_s"], None, out["text"], out["n_drafted"], out["n_accepted"])
-
-    def _exact_check(self, case: Case, target: str, mtp: bool, rows: List[Row],
-                     exact_model: Optional[Model] = None) -> None:
-        """Exact mode: every specdec method's greedy tokens must equal plain greedy tokens.
-        ``exact_model``: the case's model loaded for exact mode already (else loaded here)."""
-        n = self.m.check_tokens
-        if case.rpc_delay_ms is not None or self._placement:
-            # exact mode needs batch-invariant kernels, which the servers and devices do not
-            # promise (tests/test_gpu.py checks the device's); the CPU matrices check the same
-            # drafters, and ``match`` compares with plain decoding on the same device
-            where = "remote" if case.rpc_delay_ms is not None else "device"
-            for r in rows:
-                if r.side == SPECDEC and r.status == "ok" and r.prompt != BOS_PROMPT:
-                    r.check = f"n/a ({where})"
-            return
-        try:
-            model = (exact_model if exact_model is not None
-                     else Model(target, load_mtp=mtp, use_extra_bufts=False))
-        except Exception as e:  # noqa: BLE001
-            for r in rows:
-                if r.side == SPECDEC and r.family != "plain" and r.status == "ok":
-                    r.check = f"error: {e}"
-            return
-        methods = {}
-        for r in rows:
-            # (the timed oracle is the exact check's own reference, checked in _oracle_check)
-            if (r.side == SPECDEC and r.prompt != BOS_PROMPT and not is_interleaved(r.prompt)
-                    and r.family != "oracle"):
-                # a method timed in exact mode is the same method to check: checked once
-                methods.setdefault(r.method.removesuffix(" exact"),
-                                   Method(SPECDEC, r.family, r.drafter, r.n_max, r.adaptive))
-        plain_dec = self._decoder(model, Method(SPECDEC, "plain"), n, case.prompts, exact=True)
-        ref = {p.name: plain_dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
-        self._tick(f"exact check {case.name}: plain reference")
-        for label, m in methods.items():
-            if m.family == "plain":
-                continue
-            try:
-                dec = self._decoder(model, m, n, case.prompts, exact=True)
-                got = {p.name: dec.generate(p.text, max_tokens=n).tokens for p in case.prompts}
-                err = None
-            except Exception as e:  # noqa: BLE001
-                got, err = {}, f"error: {type(e).__name__}: {e}"
-            for r in rows:
-                if r.method.removesuffix(" exact") == label and r.prompt in ref:
-                    r.check = err or ("PASS" if got[r.prompt] == ref[r.prompt] else "FAIL")
-            self._tick(f"exact check {case.name} {label}: "
-                       f"{err or ('PASS' if all(got[k] == ref[k] for k in ref) else 'FAIL')}")
-        for r in rows:
-            if r.side == SPECDEC and r.family == "plain" and r.prompt != BOS_PROMPT:
-                r.check = "ref" if not r.temperature else ""
-        self._oracle_check(case, model, plain_dec, ref)
-
-    def _oracle_check(self, case: Case, model: Model, plain_dec: api.Decoder,
-                      ref: Dict[str, List[int]]) -> None:
-        """Exact mode at every verify batch size up to ``max(oracle_check_n_max) + 1`` rows: a
-        drafter that proposes the plain output itself must be accepted in full and change
-        nothing, whatever drafters the case times."""
-        n = self.m.check_tokens
-        book = {tuple(plain_dec.tokenize(p.text)): ref[p.name] for p in case.prompts}
-        for k in self.m.oracle_check_n_max:
-            dec = api.Decoder(model, drafter=Oracle(book), n_max=k, exact=True,
-                              n_ctx=self._n_ctx(model, n, case.prompts), n_threads=self.threads)
-            verdicts = []
-            for p in case.prompts:
-                try:
-                    res = dec.generate(p.text, max_tokens=n)
-                    ok = res.tokens == ref[p.name] and res.stats.accepted == res.stats.drafted
-                    verdicts.append("PASS" if ok else "FAIL")
-                except Exception as e:  # noqa: BLE001
-                    verdicts.append(f"error: {type(e).__name__}: {e}")
-                self._oracle_checks.append({"case": case.name, "prompt": p.name, "n_max": k,
-                                            "check": verdicts[-1]})
-            self._tick(f"exact check {case.name} oracle n{k}: "
-                       f"{'PASS' if all(v == 'PASS' for v in verdicts) else 'FAIL'}")
 
     # --- all ----------------------------------------------------------------------------
 
