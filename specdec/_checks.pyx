@@ -22,8 +22,8 @@ its plain rounds and the batch's floor the rounds where drafting does not pay.
 ``sparse_head(n)`` sets how few tokens a grammar's row must allow to get only their logits
 (``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
 benchmarks' comparison of the two; it returns the value it replaced. ``lockstep(on)`` sets
-whether the greedy sequences of a decode under a grammar are verified together
-(``_verify.LOCKSTEP``, ``Verifier.greedy_grammar``) or one after the other; it returns the
+whether the sequences of a decode under a grammar are verified together
+(``_verify.LOCKSTEP``, ``Verifier.lockstep``) or one after the other; it returns the
 value it replaced.
 
 ``steady_rows(mode)`` sets whether controllers built after it hold a lone sequence's verify

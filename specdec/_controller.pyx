@@ -433,10 +433,10 @@ cdef class Controller:
         if len(group) > 1:
             self.verifier.prefetch(group)
             t_dec += lap(&self.clock, T_HEAD)
-        # the greedy sequences under a grammar are verified together (their head passes
-        # shared); the time is the decode's, shared by rows as the rest of it
+        # the sequences under a grammar are verified together (their head passes shared);
+        # the time is the decode's, shared by rows as the rest of it
         cdef double t_lock = self.clock.mark
-        self.verifier.greedy_grammar(group)
+        self.verifier.lockstep(group)
         lap(&self.clock, T_VERIFY)
         t_dec += self.clock.mark - t_lock
         cdef int n_in = len(group), n_rows = self.batch.b.n_tokens

@@ -99,6 +99,6 @@ cdef class _Seq:
     cdef bint redo               # a partial accept restored the checkpoint: decode again
     cdef int32_t prev            # the ``last`` of the current verify
     cdef int a                   # drafts accepted in the current verify
-    cdef bint verified           # ``a`` and ``y`` are its outcome already (a grammar's greedy
-    cdef int32_t y               # sequences, verified in lockstep: ``Verifier.greedy_grammar``)
+    cdef bint verified           # ``a`` and ``y`` are its outcome already (a grammar's
+    cdef int32_t y               # sequences, verified in lockstep: ``Verifier.lockstep``)
     cdef double t_v              # the current verify's cost so far

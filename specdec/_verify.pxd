@@ -28,12 +28,14 @@ cdef class Verifier:
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1
     cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
                        int32_t * y) except -1
-    cdef int _rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
-                        int32_t * y, bint grammar) except -1
+    cdef int _one_by_one(self, int row0, Draft draft, int k, bint greedy,
+                         const SamplingParams & sp, Rng rng, int32_t * y) except -1
+    cdef bint _row(self, int row0, Draft draft, int k, int a, bint greedy,
+                   const SamplingParams & sp, Rng rng, int32_t * y) except -1
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1
     cdef int prefetch(self, list seqs) except -1
-    cdef int greedy_grammar(self, list seqs) except -1
+    cdef int lockstep(self, list seqs) except -1
     cdef void _lap(self, int part) noexcept nogil
     cdef int ready(self, int row0, int a, int k, int n_ready) noexcept nogil
     cdef float _q(self, Draft draft, int pos, int32_t x) noexcept nogil

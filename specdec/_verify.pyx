@@ -25,8 +25,8 @@ with probability ``min(1, p(d_i) / q(d_i))`` (Leviathan et al. 2023, Chen et al.
 
 With the lazy LM head a row's logits are computed when verification reaches it
 (``ready``): a rejected draft does not pay for the rows after it. The greedy sequences of a
-decode that hold a grammar are verified together (``greedy_grammar``): a row's mask comes
-first, and the rows that need the whole head share its passes.
+decode that hold a grammar, greedy and sampled, are verified together (``lockstep``): a row's
+mask comes first, and the rows that need the whole head share its passes.
 
 Penalties and ``logit_bias`` (``pen``, set by the controller per sequence) transform row
 ``row0 + i`` with the history up to it, the output plus ``d1..di``, before argmax or the
@@ -49,7 +49,7 @@ from ._seq cimport _Seq
 # up to 16k tokens, about 1/16 of a pass's reads); 0: off, a grammar's rows are computed
 # whole and masked after (``_checks.sparse_head``: the tests' and benchmarks' comparison)
 cdef int SPARSE_HEAD = 16
-# the greedy sequences of a decode under a grammar are verified together (``greedy_grammar``);
+# the sequences of a decode under a grammar are verified together (``Verifier.lockstep``);
 # off: one after the other (``_checks.lockstep``: the tests' and benchmarks' comparison)
 cdef bint LOCKSTEP = True
 
@@ -163,71 +163,68 @@ cdef class Verifier:
 
     cdef int greedy(self, int row0, Draft draft, int k, int32_t * y) except -1:
         """Accept while ``d_i`` equals the argmax of row ``row0 + i - 1``; returns ``a``. (The
-        controller verifies a sequence under a grammar with ``greedy_grammar``, unless
-        ``LOCKSTEP`` is off: then its rows are computed as their masks allow, ``row_logits``.)"""
+        controller verifies a sequence under a grammar with ``lockstep``, unless ``LOCKSTEP``
+        is off: then its rows are computed as their masks allow, ``row_logits``.)"""
+        cdef SamplingParams sp
+        return self._one_by_one(row0, draft, k, True, sp, None, y)
+
+    cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
+                       int32_t * y) except -1:
+        """Rejection sampling; returns ``a`` and sets ``y`` (recovered or bonus token)."""
+        return self._one_by_one(row0, draft, k, False, sp, rng, y)
+
+    cdef int _one_by_one(self, int row0, Draft draft, int k, bint greedy,
+                         const SamplingParams & sp, Rng rng, int32_t * y) except -1:
+        """One sequence's verification, row by row (``_row``), its rows computed as ``ready``
+        takes them (under a grammar: as their masks allow, ``row_logits``); returns ``a``."""
         cdef int a = 0, n_ready = 0
         cdef bint grammar = self.grammar is not None and SPARSE_HEAD > 0
-        cdef SamplingParams sp
         self.v_end, self.v_passes = row0 + k + 1, 0
         try:
             while True:
                 if not grammar:
                     n_ready = self.ready(row0, a, k, n_ready)
-                y[0] = self.sample(row0 + a, True, sp, None, draft.tokens.data(), a)
-                if a < k and draft.tokens[a] == y[0]:
-                    a += 1
-                    continue
-                return a
+                if not self._row(row0, draft, k, a, greedy, sp, rng, y):
+                    return a
+                a += 1
         finally:
             self.v_end = 0
 
-    cdef int rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
-                       int32_t * y) except -1:
-        """Rejection sampling; returns ``a`` and sets ``y`` (recovered or bonus token)."""
-        cdef bint grammar = self.grammar is not None and SPARSE_HEAD > 0
-        self.v_end, self.v_passes = row0 + k + 1, 0
-        try:
-            return self._rejection(row0, draft, k, sp, rng, y, grammar)
-        finally:
-            self.v_end = 0
-
-    cdef int _rejection(self, int row0, Draft draft, int k, const SamplingParams & sp, Rng rng,
-                        int32_t * y, bint grammar) except -1:
-        """``rejection``'s loop (``grammar``: rows are computed as their masks allow,
-        ``row_logits``)."""
-        cdef int a = 0, n_ready = 0
+    cdef bint _row(self, int row0, Draft draft, int k, int a, bint greedy,
+                   const SamplingParams & sp, Rng rng, int32_t * y) except -1:
+        """Verify row ``row0 + a`` (``d1..da`` kept): True when ``d_{a+1}`` is kept too, else
+        False with ``y`` the token after ``d_a``; the grammar, if any, goes on with the token
+        kept. Greedy: the argmax, kept while it equals the draft. Sampled: ``d_{a+1}`` accepted
+        with probability ``min(1, p / q)``, else ``y`` drawn from the residual; after ``k``
+        kept, the bonus drawn from ``p``. A sequence's draws come from its own ``rng`` in row
+        order, so its output is the same whichever sequences are verified beside it."""
         cdef int32_t x
         cdef float px, qx, one = 1.0
-        while a < k:
-            if not grammar:
-                n_ready = self.ready(row0, a, k, n_ready)
-            self._distribution(row0 + a, sp, draft.tokens.data(), a)
-            x = draft.tokens[a]
-            px = self.dist.prob_of(x)
+        if greedy or a == k:
+            y[0] = self.sample(row0 + a, greedy, sp, rng, draft.tokens.data(), a)
+            return a < k and draft.tokens[a] == y[0]
+        self._distribution(row0 + a, sp, draft.tokens.data(), a)
+        x = draft.tokens[a]
+        px = self.dist.prob_of(x)
+        if self.grammar is not None:
+            qx = self._mask_q(draft, a)
+        else:
+            qx = self._q(draft, a, x)
+        if self._accepts(rng.uniform(), px, qx):
             if self.grammar is not None:
-                qx = self._mask_q(draft, a)
-            else:
-                qx = self._q(draft, a, x)
-            if self._accepts(rng.uniform(), px, qx):
-                if self.grammar is not None:
-                    self.grammar.advance_c(x)
-                a += 1
-                continue
-            if self.grammar is not None:
-                y[0] = self.dist.sample_residual(rng, self.q_ids.data(), self.q_probs.data(),
-                                                 self.q_ids.size())
-                self.grammar.advance_c(y[0])
-            elif draft.has_probs:
-                y[0] = self.dist.sample_residual(
-                    rng, draft.q_ids.data() + draft.q_off[a], draft.q_probs.data() + draft.q_off[a],
-                    draft.q_off[a + 1] - draft.q_off[a])
-            else:
-                y[0] = self.dist.sample_residual(rng, &x, &one, 1)
-            return a
-        if not grammar:
-            self.ready(row0, k, k, n_ready)
-        y[0] = self.sample(row0 + k, False, sp, rng, draft.tokens.data(), k)
-        return a
+                self.grammar.advance_c(x)
+            return True
+        if self.grammar is not None:
+            y[0] = self.dist.sample_residual(rng, self.q_ids.data(), self.q_probs.data(),
+                                             self.q_ids.size())
+            self.grammar.advance_c(y[0])
+        elif draft.has_probs:
+            y[0] = self.dist.sample_residual(
+                rng, draft.q_ids.data() + draft.q_off[a], draft.q_probs.data() + draft.q_off[a],
+                draft.q_off[a + 1] - draft.q_off[a])
+        else:
+            y[0] = self.dist.sample_residual(rng, &x, &one, 1)
+        return False
 
     cdef int _distribution(self, int row, const SamplingParams & sp, const int32_t * before,
                            int n_before) except -1:
@@ -323,7 +320,7 @@ cdef class Verifier:
             return 0
         for s in seqs:
             if s.req.grammar is not None and SPARSE_HEAD > 0:
-                continue      # their rows wait for their masks (``greedy_grammar``, ``row_logits``)
+                continue      # their rows wait for their masks (``lockstep``, ``row_logits``)
             for i in range(min(2, s.k + 1)):
                 rows.push_back(s.row0 + i)
         self.ctx.prepare_logits_rows_c(rows)
@@ -337,9 +334,9 @@ cdef class Verifier:
         self.ctx.prepare_logits_rows_c(rows)
         return 0
 
-    cdef int greedy_grammar(self, list seqs) except -1:
-        """Greedy verification of the sequences of ``seqs`` (all in the last decode) that hold
-        a grammar, in lockstep; each gets ``a`` and ``y`` (``verified``).
+    cdef int lockstep(self, list seqs) except -1:
+        """Verification of the sequences of ``seqs`` (all in the last decode) that hold a
+        grammar, greedy and sampled, in lockstep; each gets ``a`` and ``y`` (``verified``).
 
         One by one, each sequence's rows would take passes over the head of their own: at
         concurrency 4 a plain step made four, and a speculative round up to eight, each
@@ -349,19 +346,21 @@ cdef class Verifier:
         one pass over the head, with the rows after it as ``ready`` takes them (two rows at a
         sequence's first pass, the rest of its draft at the next) as long as they need the
         whole head too (``GrammarState.whole_ahead``: their masks, the drafts taken on);
-        then each takes its masked argmax and goes on while it equals the draft. A rejection ends a sequence's rows, and
-        the passes of a round are the most any sequence needs, not their sum. The rows are
-        the same bits however they are grouped, so the tokens are what ``greedy`` gives."""
+        then each verifies that row (``_row``: the masked argmax, or a rejection-sampling
+        step drawn from its own ``rng``) and goes on while the draft is kept. A rejection
+        ends a sequence's rows, and the passes of a round are the most any sequence needs,
+        not their sum. The rows are the same bits however they are grouped, and each
+        sequence takes its draws in the same order, so the tokens are what ``greedy`` and
+        ``rejection`` give."""
         cdef _Seq s
         cdef list todo = []
         cdef int j, i, n, row, end, c, live
         cdef int32_t y
         cdef const uint32_t * w
         cdef vector[int] rows, a, asked
-        cdef SamplingParams sp
         for s in seqs:
             s.verified = False
-            if LOCKSTEP and s.req.greedy and s.req.grammar is not None:
+            if LOCKSTEP and s.req.grammar is not None:
                 todo.append(s)
         n = live = len(todo)
         if n == 0:
@@ -402,8 +401,7 @@ cdef class Verifier:
                     continue
                 self.pen = s.req.pen
                 self.grammar = s.req.grammar
-                y = self.sample(s.row0 + a[j], True, sp, None, s.draft.tokens.data(), a[j])
-                if a[j] < s.k and s.draft.tokens[a[j]] == y:
+                if self._row(s.row0, s.draft, s.k, a[j], s.req.greedy, s.req.sp, s.req.rng, &y):
                     a[j] += 1
                     continue
                 s.a = a[j]

@@ -291,13 +291,15 @@ def test_a_model_without_an_end_token_refuses_constraints_clearly(bigram_tiny_pa
     assert len(dec.generate([3, 1, 4], max_tokens=4).tokens) == 4
 
 
-def test_lockstep_verification_shares_the_head_passes(exact_gemma):
-    """The greedy sequences of a decode under a grammar are verified together: the rows that
-    need the whole lazy head share its passes (a rejection ends a sequence's rows, and a row
-    rides along only where it needs the whole head too). Four schema requests on one KV
-    stream (the lazy head then serves their batch), exact mode: the tokens are those of the
-    sequences verified one after the other (``_checks.lockstep(False)``), in fewer passes
-    over the head and no more whole rows."""
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_lockstep_verification_shares_the_head_passes(exact_gemma, temperature):
+    """The sequences of a decode under a grammar, greedy and sampled, are verified together:
+    the rows that need the whole lazy head share its passes (a rejection ends a sequence's
+    rows, and a row rides along only where it needs the whole head too). Four schema
+    requests on one KV stream (the lazy head then serves their batch), exact mode: the
+    tokens are those of the sequences verified one after the other
+    (``_checks.lockstep(False)``; sampled, each request draws from its own seeded
+    generator in the same order), in fewer passes over the head and no more whole rows."""
     from specdec import _checks
     from specdec._controller import Controller, new_policy
     from specdec._core import Context
@@ -318,7 +320,7 @@ def test_lockstep_verification_shares_the_head_passes(exact_gemma):
             for i, r in enumerate(reqs):
                 ctl.join(i, exact_gemma.tokenize(r.text, add_special=True, parse_special=True),
                          max_tokens=96, n_max=6, policy=new_policy(6),
-                         grammar=grammar.state())
+                         grammar=grammar.state(), temperature=temperature, seed=7 + i)
             p0 = ctx.lazy_logits_passes
             while ctl.step():
                 pass
