@@ -235,8 +235,10 @@ cdef class BatchLength:
             tokens += s.req.out.n_tokens
             # the drafter's catch-up on the rows it sat out (plain rounds before): a cost of
             # the cap the rounds before had, not of this one's (counted here, a cap tried
-            # after plain rounds looked 10-20% dearer than it runs, and lost to plain)
-            t -= s.t_caught
+            # after plain rounds looked 10-20% dearer than it runs, and lost to plain); its
+            # catch-up on a request's prompt stays, a cost of drafting plain decoding never
+            # pays (``_propose.sat_out_part``)
+            t -= s.t_caught_out
         self.observe(self.n_in, self.k_round, tokens, t)
         self.kind = 0
         return 0

@@ -190,6 +190,7 @@ cdef class Controller:
         s.n_forced = 0
         s.row0 = -1
         s.k = s.n_pad = 0
+        s.n_asked_at = -1
         s.redo = False
         cdef double t0 = now()
         c = self.prefix.join(s, toks.data(), n, reuse)

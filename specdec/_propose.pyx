@@ -6,7 +6,9 @@ its drafters, each drafter called once with all the sequences it is asked by
 
 A sequence whose drafter gave less than ``n_min`` tokens asks its next drafter, again all
 such sequences together. Each sequence is charged an equal part of its calls' time, their
-catch-up left out (``t_asked``; its part of the catch-up in ``t_caught``). Under ``isolate`` a failed draft ends its sequence
+catch-up left out (``t_asked``; its part of the catch-up in ``t_caught``, and of that, in
+``t_caught_out``, the part that was rows its drafters sat out, not its prompt: see
+``sat_out_part``). Under ``isolate`` a failed draft ends its sequence
 (``FAILED``, the error kept in ``errors``), the others go on; else it is raised. A grammar's
 forced tokens then lead the draft, which ends before the first token the grammar refuses;
 they cost no drafting and are accepted, so a sequence takes them whatever its cap
@@ -18,12 +20,51 @@ from ._seq cimport _Seq, NO_DRAFT, DRAFTED, FORCED
 from .drafters._base cimport Drafter
 
 
+cdef inline void rows_behind(int n_past, int n_asked_at, int n_prompt, long * sat,
+                             long * prompt) noexcept:
+    """The rows a sequence's drafter may have to catch up on when asked now: those it sat out
+    (``sat``: the rounds since it was last asked, held plain) and its prompt (``prompt``: only
+    at its first ask in the request, ``n_asked_at`` -1)."""
+    if n_asked_at < 0:
+        prompt[0] = n_prompt
+        sat[0] = max(0, n_past - n_prompt)
+    else:
+        prompt[0] = 0
+        sat[0] = max(0, n_past - n_asked_at)
+
+
+cdef inline double sat_out_part(double t_sync, long sat, long prompt) noexcept:
+    """Of a drafter call's catch-up ``t_sync`` over ``sat`` rows sat out and ``prompt`` prompt
+    rows, the rows sat out's part (by rows: a catch-up decodes them in one batch).
+
+    The batch's measured length (``_batch_length``) leaves the rows sat out out of a round's
+    time: they are a cost of the rounds before, held plain, not of this round's cap. A
+    prompt's catch-up is no such cost: every request that drafts pays it once, and plain
+    decoding never does (about 5% of a 48-token request at 4 slots); left out too, drafting
+    looked that much cheaper than it runs."""
+    if sat + prompt <= 0:
+        return t_sync
+    return t_sync * sat / <double>(sat + prompt)
+
+
+def sat_out_share(double t_sync, rows) -> float:
+    """``sat_out_part`` from Python, for the sequences of one drafter call: ``rows`` holds each
+    one's ``(n_past, n_asked_at, n_prompt)``; returns the part of ``t_sync`` left out."""
+    cdef long sat = 0, prompt = 0, s1, p1
+    for n_past, n_asked_at, n_prompt in rows:
+        rows_behind(n_past, n_asked_at, n_prompt, &s1, &p1)
+        sat += s1
+        prompt += p1
+    return sat_out_part(t_sync, sat, prompt)
+
+
 cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
     """Draft for ``seqs`` (see the module docstring); ``asks``: the controller's, reused."""
     cdef _Seq s
     cdef Drafter d
     cdef int j, n, level = 0
-    cdef double t0, share
+    cdef long sat, prompt, s1, p1
+    cdef double t0, share, out
     cdef list pending = [], group
     cdef dict groups
     for s in seqs:
@@ -32,6 +73,7 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
         s.n_forced = 0
         s.t_asked = 0.0
         s.t_caught = 0.0
+        s.t_caught_out = 0.0
         if s.k_cap > 0 and s.req.n_drafters > 0:
             pending.append(s)
     while pending:
@@ -44,19 +86,26 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
             d = <Drafter> (<_Seq> group[0]).req.drafters[level]
             asks.clear()
             asks.isolate = isolate
+            sat = prompt = 0
             for s in group:
                 asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
+                rows_behind(s.mem.n_past, s.n_asked_at, s.cnt.n_prompt, &s1, &p1)
+                sat += s1
+                prompt += p1
+                s.n_asked_at = s.mem.n_past
             t0 = now()
             try:
                 d.propose_batch_c(asks)
             finally:
                 n = len(group)
                 share = max(0.0, now() - t0 - asks.t_sync) / n
+                out = sat_out_part(asks.t_sync, sat, prompt) / n
                 asks.drafts = []
             for j in range(n):
                 s = <_Seq> group[j]
                 s.t_asked += share
                 s.t_caught += asks.t_sync / n
+                s.t_caught_out += out
                 if asks.errors[j] is not None:
                     # nothing of this round reached the target yet: the others go on
                     s.draft.clear()

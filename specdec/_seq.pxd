@@ -94,6 +94,10 @@ cdef class _Seq:
     cdef int n_pad               # throw-away rows after them (exact mode)
     cdef double t_asked          # time spent drafting this round (catch-up left out)
     cdef double t_caught         # its part of the drafters' catch-up this round (a probe's cost)
+    cdef double t_caught_out     # ... of which the rows its drafters sat out (plain rounds), not
+                                 # its prompt (``_propose.sat_out_part``)
+    cdef int n_asked_at          # ``mem.n_past`` when its drafters were last asked for a draft
+                                 # (-1: not yet in this request: its prompt is still to catch up)
     cdef double pred_e, pred_t   # the policy's prediction for the round (pred_t 0: none)
     cdef double t_ckpt           # saving the checkpoint of this round (checkpoint rollback)
     cdef bint redo               # a partial accept restored the checkpoint: decode again

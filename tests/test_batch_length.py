@@ -13,6 +13,7 @@ from bigram_greedy import greedy_cycle
 
 from specdec import Engine
 from specdec._batch_length import BatchLength
+from specdec._propose import sat_out_share
 
 N = 4
 
@@ -110,6 +111,24 @@ def test_out_of_range_sizes_and_caps():
     bl.observe_round(9, 1, 4.0, 0.1)              # ignored
     with pytest.raises(ValueError):
         bl.state(5)
+
+
+def test_a_rounds_catch_up_leaves_out_the_rows_sat_out_not_the_prompt():
+    """Of a drafter call's catch-up, the batch's length leaves out the rows its sequences sat
+    out (plain rounds, a cost of the caps before) and keeps their prompts' (a cost of drafting
+    that plain decoding never pays), by rows. Each sequence: (n_past, n_asked_at, n_prompt)."""
+    t = 0.12
+    # a request's first ask right after its prompt: all of the catch-up is the prompt's
+    assert sat_out_share(t, [(100, -1, 100)]) == 0.0
+    # its first ask after 20 plain rounds: 20 rows of 120 sat out
+    assert sat_out_share(t, [(120, -1, 100)]) == pytest.approx(t * 20 / 120)
+    # a later ask: every row since the last ask was sat out, the prompt was caught up before
+    assert sat_out_share(t, [(160, 130, 100)]) == pytest.approx(t)
+    # one call for two sequences: a new one's prompt and an old one's 30 rows sat out
+    assert sat_out_share(t, [(100, -1, 100), (160, 130, 90)]) == pytest.approx(t * 30 / 130)
+    # no rows behind (a catch-up of its own): nothing to weigh it by, all left out
+    assert sat_out_share(t, [(50, 50, 40)]) == pytest.approx(t)
+    assert sat_out_share(0.0, [(120, -1, 100)]) == 0.0
 
 
 def test_an_mtp_engine_batch_takes_the_measured_length(bigram_tiny_path):
