@@ -101,9 +101,10 @@ def token_id(model: Model, t: Any, what: str) -> int:
 
 
 def check_max_tokens(max_tokens: Any) -> int:
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or not 0 < max_tokens < 2**31:
+    if isinstance(max_tokens, (bool, np.bool_)) or not isinstance(max_tokens, (int, np.integer)) \
+            or not 0 < max_tokens < 2**31:
         raise ValueError(f"max_tokens must be an int in [1, 2**31), got {max_tokens!r}")
-    return max_tokens
+    return int(max_tokens)
 
 
 def check_logprobs(logprobs: Any) -> int:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, List, Mapping, Optional, Tuple, Union
 
@@ -116,6 +117,11 @@ MAX_REPETITION_PENALTY = 100.0
 MAX_LOGIT_BIAS = 100.0
 
 
+#: a token id written as JSON keys write it (ASCII digits: ``str.isdigit`` also takes '²' and
+#: other scripts' digits, which ``int`` refuses or reads as another number)
+_ID_TEXT = re.compile(r"\s*-?[0-9]+\s*")
+
+
 def bias_pairs(value: Any) -> Tuple[Tuple[int, float], ...]:
     """``logit_bias`` as sorted (token id, bias) pairs: from a mapping of ids (ints, or
     strings of them as in JSON) to biases, or from pairs. Ids are checked against the
@@ -129,7 +135,7 @@ def bias_pairs(value: Any) -> Tuple[Tuple[int, float], ...]:
         raise ValueError("logit_bias must map token ids to numbers") from None
     out = {}
     for k, v in pairs:
-        if isinstance(k, str) and k.strip().lstrip("-").isdigit():
+        if isinstance(k, str) and _ID_TEXT.fullmatch(k):
             k = int(k)
         if isinstance(k, bool) or not isinstance(k, int):
             raise ValueError(f"logit_bias keys must be token ids, got {k!r:.40}")

@@ -152,7 +152,13 @@ class Scheduler:
             return self.default
         if drafter == PLAIN:
             return ()
-        names = (drafter,) if isinstance(drafter, str) else tuple(drafter)
+        if isinstance(drafter, str):
+            names: Tuple[Any, ...] = (drafter,)
+        elif isinstance(drafter, (list, tuple)):
+            names = tuple(drafter)
+        else:
+            raise TypeError("drafter must be the name of one of this engine's drafters, a list "
+                            f"of them, 'plain' or None; got {type(drafter).__name__}")
         for name in names:
             if not isinstance(name, str) or name not in self.named:
                 raise ValueError(f"unknown drafter {name!r}: this engine loaded "
@@ -180,7 +186,8 @@ class Scheduler:
         if isinstance(n_max, bool) or not isinstance(n_max, int) or not 0 <= n_max <= cap:
             raise ValueError(f"n_max must be an int in [0, {cap}] (the engine's n_max), "
                              f"got {n_max!r}")
-        if timeout is not None and not timeout > 0:
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, (int, float)) or not timeout > 0):
             raise ValueError(f"timeout must be None or > 0 seconds, got {timeout!r}")
         return replace(req, drafters=chain, n_max=n_max if chain else 0,
                        deadline=time.monotonic() + timeout if timeout is not None else None)

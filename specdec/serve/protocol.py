@@ -214,7 +214,7 @@ def _sampling(body: Mapping[str, Any]) -> Sampling:
         raise bad("'top_p' must be in (0, 1]", "top_p")
     bias = body.get("logit_bias")
     try:
-        logit_bias = bias_pairs(bias or {})
+        logit_bias = bias_pairs({} if bias is None else bias)
     except ValueError as e:
         raise bad(str(e), "logit_bias") from None
     try:
