@@ -56,12 +56,25 @@ cdef class GrammarState:
         self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
         self.fresh = True
         self.n_masks += 1
+        if self.error is None and self.matcher.is_error():
+            # llguidance failed here (a lexer or parser limit, or no output can match: an
+            # empty class): its mask allows the end of text alone, which ends the request;
+            # the error is kept, so that the output is not taken for a match
+            self.error = _first_line(self.matcher.get_error()) or "the grammar failed"
         if _none_set(w, self.bits.size(), self.n_vocab):
             # the matcher failed (a parser limit) or reached a dead end: end the request
             if self.error is None:
-                self.error = self.matcher.get_error() or "the grammar allows no token here"
+                self.error = _first_line(self.matcher.get_error()) or "the grammar allows no token here"
             _set_only(w, self.bits.size(), self.eos)
         return w
+
+    def check_start(self) -> None:
+        """A ``ValueError`` where no output can match (a regex of an empty class, a schema
+        that refers only to itself): the mask of the first token, computed here once and
+        kept for the first row, is llguidance's error state."""
+        self.bits_c()
+        if self.error is not None:
+            raise ValueError(f"no output can match this constraint: {self.error}")
 
     cdef void apply_c(self, float * logits) noexcept nogil:
         """Tokens the last mask (``bits_c``) refuses get -inf in ``logits`` (one row)."""
@@ -112,7 +125,7 @@ cdef class GrammarState:
         """The request's output goes on with ``tok`` (allowed by the last mask)."""
         self.fresh = False
         if self.error is None and not self.matcher.consume_token(tok):
-            self.error = self.matcher.get_error() or f"the grammar refused token {tok}"
+            self.error = _first_line(self.matcher.get_error()) or f"the grammar refused token {tok}"
         return 0
 
     cdef int fit_draft_c(self, Draft draft, int k_cap) except -1:
@@ -173,6 +186,11 @@ cdef class GrammarState:
     @property
     def is_accepting(self) -> bool:
         return self.matcher.is_accepting()
+
+
+def _first_line(message) -> str:
+    """llguidance's error without the parser state it dumps after the first line."""
+    return (message or "").split("\n", 1)[0].strip()
 
 
 cdef bint _none_set(const uint32_t * w, size_t n_words, int n_vocab) noexcept:

@@ -80,11 +80,16 @@ class Constraint:
             for c in value:
                 if not isinstance(c, str) or not c:
                     raise ValueError(f"choices must be non-empty strings, got {c!r}")
+                _check_text(kind, c)
             return llg.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c)
                                                                            for c in value))
         if not isinstance(value, str):
             raise ValueError(f"{kind} must be a string, got {type(value).__name__}")
+        _check_text(kind, value)
         if kind == "regex":
+            if (len(value) - len(value.rstrip("\\"))) % 2:
+                # llguidance drops a trailing lone backslash: 'a\\' would match 'a'
+                raise ValueError(f"bad regex: {value!r} ends in an incomplete escape ('\\')")
             return llg.LLMatcher.grammar_from_regex(value)
         if kind == "grammar":
             from llguidance.gbnf_to_lark import any_to_lark
@@ -97,6 +102,16 @@ class Constraint:
     def compile(self, model: "Model") -> "Grammar":
         """For ``model``'s vocabulary (checked when a matcher is made: ``Grammar.state``)."""
         return Grammar(self.kind, self.llguidance_grammar(), tokenizer(model), model)
+
+
+def _check_text(kind: str, text: str) -> None:
+    """A ``ValueError`` for text no output can hold (a lone surrogate), before llguidance
+    reads it: its encoder's error, or its JSON parser's on an escaped choice, says less."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{kind} is not valid Unicode text (a lone surrogate): "
+                         f"{text[:80]!r}") from None
 
 
 #: the constraint options of a request, in order (CLI, server and API derive theirs)
@@ -199,13 +214,18 @@ class Grammar:
 
     def state(self) -> Any:
         """A fresh ``GrammarState`` (the matcher at the start of the output); a
-        ``ValueError`` for a grammar llguidance refuses."""
+        ``ValueError`` for a grammar llguidance refuses, or one no output can match."""
         from ._grammar import GrammarState
         llg = _llguidance()
         m = llg.LLMatcher(self._tok, self.text, log_level=0)
         if m.is_error():
             raise ValueError(f"bad {self.kind}: {m.get_error()}")
-        return GrammarState(m, self._n_vocab, self._eos)
+        st = GrammarState(m, self._n_vocab, self._eos)
+        try:
+            st.check_start()
+        except ValueError as e:
+            raise ValueError(f"bad {self.kind}: {e}") from None
+        return st
 
 
 def _llguidance() -> Any:

@@ -350,6 +350,14 @@ class Scheduler:
             self._fail(slot, state, err)
             return
         done = self.ctl.finish_reason(slot) is not None
+        grammar = state.req.grammar
+        if done and grammar is not None and grammar.error is not None:
+            # llguidance failed mid-output (a lexer or parser limit): the end of text it then
+            # allows alone ended the request, and its text does not match the constraint
+            self._fail(slot, state, ValueError(
+                f"constrained output failed after {len(self.ctl.tokens(slot))} tokens: "
+                f"{grammar.error}"))
+            return
         if state.streams:
             piece = self._pieces[slot].next(self.ctl, slot, final=done)
             if piece.text or piece.tokens:
