@@ -335,8 +335,9 @@ def in_flags(message: str, parser: argparse.ArgumentParser, command: str) -> str
             return m.group(0)
         return flags[name] + (" " if eq else "")
 
-    # ``name=`` of any flag, and a bare keyword with an underscore (``presence_penalty must``)
-    return re.sub(r"\b([a-z][a-z0-9_]*)(= ?)?", flag, message)
+    # ``name=`` of any flag, and a bare keyword with an underscore (``presence_penalty must``);
+    # not a part of a dotted name (a GGUF key: ``tokenizer.chat_template``) or of a path
+    return re.sub(r"(?<![\w./-])([a-z][a-z0-9_]*)\b(?!\.\w|/)(= ?)?", flag, message)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -383,7 +384,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             from .serve.cli import run as _serve
             return _serve(args)
         return _drafters(args)
-    except (ValueError, TypeError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, TypeError, OSError, RuntimeError) as e:
+        # OSError: a file that is a folder or unreadable, an address the server cannot bind
         print(f"specdec: error: {in_flags(str(e), parser, args.command)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

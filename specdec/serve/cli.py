@@ -66,19 +66,32 @@ def engine(path: str, args: argparse.Namespace) -> Any:
                   n_slots=args.slots, prompt_cache_mib=cache, **opts)
 
 
+def _address(host: str, port: int) -> Any:
+    """``host:port`` resolved for a listening socket; a ``ValueError`` naming the flag for a
+    port out of range or a host that does not resolve (checked before the model loads)."""
+    if not 0 <= port <= 65535:
+        # getaddrinfo takes 99999 as 34463 (modulo 2**16) and -1 as an error of its own
+        raise ValueError(f"--port must be in 0..65535 (0 picks a free one), got {port}")
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                  flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise ValueError(f"--host {host!r} is not an address to listen on: "
+                         f"{getattr(e, 'strerror', None) or e}") from None
+
+
 def _listen(host: str, port: int) -> socket.socket:
     """A listening socket on ``host:port`` (port 0: a free one), bound before the banner so
     that the banner names the real port and a request sent after it is queued."""
-    family, kind, proto, _, addr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                      flags=socket.AI_PASSIVE)[0]
+    family, kind, proto, _, addr = _address(host, port)
     sock = socket.socket(family, kind, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
         sock.listen(2048)
-    except OSError:
+    except OSError as e:
         sock.close()
-        raise
+        raise OSError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
     return sock
 
 
@@ -104,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from ..chat_cli import _template
     from ..cli import _model_path
 
+    _address(args.host, args.port)     # a bad --host or --port before the model loads
     path = _model_path(args)
     names = args.served_model_name or [Path(path).stem]
     # the event loop waits for the GIL behind the workers' templates (see limits.py)

@@ -1,0 +1,67 @@
+"""Bad flags and paths on the command line end with ``specdec: error: ...`` and status 1 or 2,
+never a Python traceback: a model or prompt path that is a folder, a ``--port`` out of range
+(``getaddrinfo`` took 99999 as port 34463 and served there), a ``--host`` that does not
+resolve; and an error message keeps the GGUF key it names (``tokenizer.chat_template`` had
+become ``tokenizer.--chat-template``)."""
+import argparse
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+
+def _run(*args):
+    p = subprocess.run([sys.executable, "-m", "specdec", *args], capture_output=True, text=True,
+                       timeout=300, cwd=tempfile.gettempdir(), stdin=subprocess.DEVNULL)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p
+
+
+@pytest.mark.parametrize("args, message", [
+    (["serve", "--port", "99999"], "--port must be in 0..65535"),
+    (["serve", "--port", "-1"], "--port must be in 0..65535"),
+    (["serve", "--host", "256.0.0.1", "--port", "0"], "--host '256.0.0.1' is not an address"),
+])
+def test_serve_address_checked_before_the_model_loads(tiny_dense_path, args, message):
+    p = _run(*args[:1], "-m", tiny_dense_path, *args[1:])
+    assert p.returncode == 1 and message in p.stderr, p.stderr
+
+
+def test_serve_on_a_taken_port_says_so(tiny_dense_path):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        p = _run("serve", "-m", tiny_dense_path, "--port", str(port))
+    assert p.returncode == 1, p.stderr
+    assert f"specdec: error: cannot listen on 127.0.0.1:{port}" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("args", [["-m", "{dir}", "--prompt", "x"],
+                                  ["-m", "{model}", "-f", "{dir}"]], ids=["model", "prompt"])
+def test_a_folder_for_a_file_is_a_clear_error(tiny_dense_path, tmp_path, args):
+    args = [a.format(dir=tmp_path, model=tiny_dense_path) for a in args]
+    p = _run("generate", *args)
+    assert p.returncode == 1 and p.stderr.startswith("specdec: error: "), p.stderr
+    assert str(tmp_path) in p.stderr, p.stderr
+
+
+def test_flag_names_leave_dotted_keys_and_paths_alone():
+    from specdec.cli import in_flags
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("chat").add_argument("--chat-template")
+    assert in_flags("no tokenizer.chat_template in the GGUF: pass chat_template= a name, "
+                    "see /x/chat_template/y or chat_template.", parser, "chat") == \
+        "no tokenizer.chat_template in the GGUF: pass --chat-template a name, " \
+        "see /x/chat_template/y or --chat-template."
+
+
+def test_chat_without_a_template_names_the_key_and_the_flag(tiny_dense_path):
+    p = _run("chat", "-m", tiny_dense_path)
+    assert p.returncode == 1, p.stderr
+    assert "no tokenizer.chat_template in the GGUF" in p.stderr, p.stderr
+    assert "pass --chat-template" in p.stderr, p.stderr
