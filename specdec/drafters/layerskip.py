@@ -54,7 +54,9 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
         sub = None
         if vtype == gguf.GGUFValueType.ARRAY:
             sub = field.types[-1]
-            if len(value) == n_block:  # per-layer settings
+            # per-layer settings are the arch's own keys; a vocabulary (tokenizer.ggml.*)
+            # as long as the block count is not one of them
+            if name.startswith(f"{arch}.") and len(value) == n_block:
                 value = value[:n_layers]
         w.add_key_value(name, value, vtype, sub_type=sub)
     for t in reader.tensors:
