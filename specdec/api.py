@@ -7,6 +7,8 @@ import weakref
 from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     Union)
 
+import numpy as np
+
 from ._core import ContextBusyError, Model
 from ._request import (Prompt, Request, SamplingSpec, StopSpec, call_options,
                        split_chat_options, stop_list)
@@ -299,9 +301,16 @@ class Decoder(Driver, CompletionMethods):
         """Several prompts at once, verified together in one batch per round (a seeded
         ``sampling`` gives prompt i the seed ``seed + i``); options as for :meth:`generate`."""
         s, constraint = call_options(sampling, options)
+        if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Iterable):
+            # a text is not a list of one-character prompts
+            raise TypeError("generate_batch takes a list of prompts (texts or lists of token "
+                            f"ids), got {type(prompts).__name__}; for one prompt use generate()")
         prompts = list(prompts)
         if not prompts:
             raise ValueError("no prompts")
+        if any(isinstance(p, (int, np.integer)) for p in prompts):
+            raise TypeError("generate_batch takes a list of prompts: one list of token ids is "
+                            "one prompt, so pass [ids] (or use generate())")
         if len(prompts) > self._core.n_seq:
             raise ValueError(f"{len(prompts)} prompts but the context has n_seq_max="
                              f"{self._core.n_seq}")

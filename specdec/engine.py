@@ -153,6 +153,7 @@ class Engine(Driver, CompletionMethods):
         self._cv = threading.Condition()
         self._queue: Deque[_State] = collections.deque()
         self._closed = False
+        self._free_in_loop = False    # close() was called on the worker (see close)
         self._worker = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
         self._worker.start()
         _live.add(self)
@@ -299,8 +300,12 @@ class Engine(Driver, CompletionMethods):
                 return
             self._closed = True
             self._cv.notify()
-        if threading.current_thread() is not self._worker:
-            self._worker.join()
+        if threading.current_thread() is self._worker:
+            # called from a round (a Python drafter): the round still holds the context,
+            # so the worker frees it when the round is over and its loop ends
+            self._free_in_loop = True
+            return
+        self._worker.join()
         self._core.close()
 
     def __enter__(self) -> "Engine":
@@ -347,3 +352,5 @@ class Engine(Driver, CompletionMethods):
         core.end_all("cancelled")
         for state in pending:
             state.finish(exc=EngineClosed("the Engine was closed before the request finished"))
+        if self._free_in_loop:
+            core.close()

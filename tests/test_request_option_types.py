@@ -71,3 +71,12 @@ def test_server_logit_bias_must_be_an_object(tiny_dense, bias):
         with pytest.raises(ValueError, match="logit_bias must map token ids to numbers"):
             dec.create_completion([1, 2], max_tokens=2, logit_bias=bias)
         assert dec.create_completion([1, 2], max_tokens=2, logit_bias=None)["choices"]
+
+
+@pytest.mark.parametrize("prompts, match", [("abc", "got str"), (b"ab", "got bytes"),
+                                            ([1, 2, 3], "pass \\[ids\\]"), (5, "got int")])
+def test_generate_batch_takes_a_list_of_prompts(tiny_dense, prompts, match):
+    with specdec.Decoder(tiny_dense, n_ctx=64, n_seq_max=3) as dec:
+        with pytest.raises(TypeError, match=match):
+            dec.generate_batch(prompts, max_tokens=2)
+        assert [len(r.tokens) for r in dec.generate_batch(["abc", [1, 2]], max_tokens=2)] == [2, 2]
