@@ -50,7 +50,7 @@ cdef class TextOutput:
         """
         cdef char buf[256]
         cdef int n, start
-        cdef size_t pos, from_, i, n_keep
+        cdef size_t pos, from_, i, n_keep, first
         if self.model.is_eog_c(tok):
             self.finish = STOP_EOG
             return True
@@ -70,18 +70,23 @@ cdef class TextOutput:
             self.text.append(buf, n)
         self.ends.push_back(self.text.size())
         if n > 0:
+            # of the stop strings this token completes, the one that begins first cuts the
+            # text (not the first listed: stop=["5", "6"] on "65" gave "6", a stop string)
+            first = <size_t>-1
             for i in range(self.stops.size()):
                 start = <int>self.text.size() - n - <int>self.stops[i].size() + 1
                 from_ = start if start > 0 else 0
                 pos = self.text.find(self.stops[i], from_)
-                if pos != <size_t>-1:
-                    self.text.resize(pos)
-                    n_keep = self.tokens.size()
-                    while n_keep > 0 and (self.ends[n_keep - 2] if n_keep >= 2 else 0) >= pos:
-                        n_keep -= 1
-                    self._truncate(n_keep)
-                    self.finish = STOP_STRING
-                    return True
+                if pos < first:      # npos, no match, is the largest size_t
+                    first = pos
+            if first != <size_t>-1:
+                self.text.resize(first)
+                n_keep = self.tokens.size()
+                while n_keep > 0 and (self.ends[n_keep - 2] if n_keep >= 2 else 0) >= first:
+                    n_keep -= 1
+                self._truncate(n_keep)
+                self.finish = STOP_STRING
+                return True
         if <int>self.tokens.size() >= self.max_tokens:
             self.finish = LENGTH
             return True
