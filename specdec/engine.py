@@ -138,6 +138,11 @@ class Engine(Driver, CompletionMethods):
         else:
             specs = as_list(drafters)
             names = [s if isinstance(s, str) else "" for s in specs]
+        if specs and isinstance(n_max, int) and 0 < n_max and n_ctx < n_max + 2:
+            # said per slot: the context's own check would name n_ctx * n_slots
+            raise ValueError(f"n_ctx={n_ctx} (tokens per slot) is too small for drafts of "
+                             f"n_max={n_max}: a slot needs a prompt token and a verify batch of "
+                             f"n_max + 1 tokens (n_ctx >= {n_max + 2})")
         self._core = Scheduler(
             model, specs, spec=SpecConfig(n_max=n_max, n_min=n_min, p_min=p_min, adaptive=adaptive),
             exact=bool(exact), concurrent=True, n_seq=n_slots, n_ctx=n_ctx, n_batch=n_batch,

@@ -80,3 +80,12 @@ def test_generate_batch_takes_a_list_of_prompts(tiny_dense, prompts, match):
         with pytest.raises(TypeError, match=match):
             dec.generate_batch(prompts, max_tokens=2)
         assert [len(r.tokens) for r in dec.generate_batch(["abc", [1, 2]], max_tokens=2)] == [2, 2]
+
+
+def test_engine_context_too_small_is_said_per_slot(tiny_dense):
+    # it said "n_ctx=12 is too small" for n_ctx=3 and 4 slots: the whole context's size
+    with pytest.raises(ValueError, match=r"n_ctx=3 \(tokens per slot\) is too small for drafts "
+                                         r"of n_max=4.*n_ctx >= 6"):
+        specdec.Engine(tiny_dense, drafters=["ngram"], n_slots=4, n_ctx=3)
+    with specdec.Engine(tiny_dense, drafters=["ngram"], n_slots=4, n_ctx=6) as engine:
+        assert engine.submit([1], max_tokens=20).result(timeout=60).finish_reason == "context"
