@@ -15,13 +15,22 @@ from .placement import Placement
 PathLike = Union[str, "os.PathLike[str]"]
 DrafterSpec = Union[str, Drafter, Any]
 
+#: a drafter spec meaning no drafter (plain decoding): the Decoder's ``drafter=``, the
+#: Engine's ``drafters=``/``default_drafter=`` and a request's ``drafter=`` all take it
+PLAIN = "plain"
+
 
 def as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[DrafterSpec]:
-    if drafter is None:
+    """The drafter specs a Decoder or Engine loads (``None`` or ``"plain"``: none)."""
+    if drafter is None or (isinstance(drafter, str) and drafter == PLAIN):
         return []
-    if isinstance(drafter, (list, tuple)):
-        return list(drafter)
-    return [drafter]
+    specs = list(drafter) if isinstance(drafter, (list, tuple)) else [drafter]
+    if any(isinstance(s, str) and s == PLAIN for s in specs):
+        if len(specs) > 1:
+            raise ValueError(f"{PLAIN!r} means no drafter: it cannot be chained with others "
+                             f"(got {specs!r})")
+        return []
+    return specs
 
 
 def check_room(n_ctx: Any, n_seq_max: Any, n_max: int) -> None:

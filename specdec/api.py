@@ -39,7 +39,7 @@ class Decoder(Driver, CompletionMethods):
     drafter
         A name (``"ngram"``, ``"ngram:4"``, ``"draft:PATH"``; ``specdec drafters`` lists
         them with their arguments), a :class:`Drafter` instance or subclass, an object
-        with ``propose``, or a list of them tried in order (a chain). None: plain decoding.
+        with ``propose``, or a list of them tried in order (a chain). None or ``"plain"``: plain decoding.
     n_max
         The longest draft verified in one round (the verify batch holds ``n_max + 1`` rows
         per sequence). With ``adaptive=True`` it is the upper bound of the chosen length.

@@ -33,8 +33,8 @@ from ._controller import Controller, new_policy
 from ._core import Context, Model
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, call_options,
                        result as read_result, tokenize)
-from ._setup import (DrafterSpec, LazyLogits, PathLike, exact_slack, load_model, make_context,
-                     make_drafters, needs_hidden_rows)
+from ._setup import (PLAIN, DrafterSpec, LazyLogits, PathLike, exact_slack, load_model,
+                     make_context, make_drafters, needs_hidden_rows)
 from .config import SpecConfig
 from .constraint import Constraint
 from .drafters import Drafter
@@ -45,8 +45,6 @@ from .results import GenerationResult, Stats
 
 #: ``drafter=`` of a request: the front door's default drafters
 DEFAULT = "default"
-#: ``drafter=`` of a request: no drafter (plain decoding)
-PLAIN = "plain"
 
 
 class Scheduler:
