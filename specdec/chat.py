@@ -42,6 +42,34 @@ def _text_of(content: Any, i: int) -> Optional[str]:
                      f"got {type(content).__name__}")
 
 
+_TOOL_CALL = "{'type': 'function', 'function': {'name': ..., 'arguments': ...}}"
+
+
+def _check_tool_calls(calls: Any, i: int) -> None:
+    """An assistant message's ``tool_calls`` in OpenAI's shape: templates index into it, and
+    a wrong shape would fail inside the template with an error that names no field."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, (list, tuple)):
+        raise ValueError(f"{where} must be a list of tool calls ({_TOOL_CALL}), "
+                         f"got {type(calls).__name__}")
+    for j, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            raise ValueError(f"{where}[{j}] must be an object {_TOOL_CALL}, "
+                             f"got {type(call).__name__}")
+        if call.get("type", "function") != "function":
+            raise ValueError(f"{where}[{j}].type must be 'function', got {call.get('type')!r:.40}")
+        fn = call.get("function")
+        if not isinstance(fn, Mapping):
+            raise ValueError(f"{where}[{j}].function must be an object with 'name' and "
+                             f"'arguments', got {type(fn).__name__}")
+        if not isinstance(fn.get("name"), str) or not fn.get("name"):
+            raise ValueError(f"{where}[{j}].function.name must be a non-empty string, "
+                             f"got {fn.get('name')!r:.40}")
+        if not isinstance(fn.get("arguments"), (str, Mapping)):
+            raise ValueError(f"{where}[{j}].function.arguments must be a JSON string (or an "
+                             f"object), got {type(fn.get('arguments')).__name__}")
+
+
 def normalize_messages(messages: Sequence[Message]) -> List[Dict[str, Any]]:
     """Checked copies of OpenAI-style messages, each content flattened to text."""
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
@@ -58,6 +86,8 @@ def normalize_messages(messages: Sequence[Message]) -> List[Dict[str, Any]]:
             raise ValueError(f"messages[{i}].role must be a non-empty string, got {role!r:.40}")
         if "content" not in m and not m.get("tool_calls"):
             raise ValueError(f"messages[{i}] has no 'content'")
+        if m.get("tool_calls") is not None:
+            _check_tool_calls(m["tool_calls"], i)
         d = dict(m)
         d["content"] = _text_of(m.get("content"), i)
         out.append(d)
