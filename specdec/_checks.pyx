@@ -26,6 +26,10 @@ whether the sequences of a decode under a grammar are verified together
 (``_verify.LOCKSTEP``, ``Verifier.lockstep``) or one after the other; it returns the
 value it replaced.
 
+``row_floor(on)`` sets whether a row's price in a batch is the confidence floor of the
+drafters that know their draft's probability (``_round_budget.row_floor``), or only the
+policy's is; it returns the value it replaced.
+
 ``steady_rows(mode)`` sets whether controllers built after it hold a lone sequence's verify
 rows to one shape (``_steady_rows``: 1 always, 0 never, -1 where the target is on a CUDA
 device); it returns the mode it replaced.
@@ -43,6 +47,7 @@ from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
 from ._verify cimport Verifier, set_sparse_head, set_lockstep
 from ._steady_rows cimport set_steady
+from ._round_budget cimport set_row_floor
 
 
 def sparse_head(int n):
@@ -55,6 +60,11 @@ def sparse_head(int n):
 def lockstep(bint on):
     """Set ``_verify.LOCKSTEP`` to ``on`` (see the module's docstring); the old value."""
     return set_lockstep(on)
+
+
+def row_floor(bint on):
+    """Set ``_round_budget.ROW_FLOOR`` to ``on`` (see the module's docstring); the old value."""
+    return set_row_floor(on)
 
 
 def steady_rows(int mode):

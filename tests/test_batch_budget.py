@@ -9,7 +9,8 @@ import random
 import pytest
 
 from specdec._batch_budget import Acceptance, allocate_rows
-from specdec._policy import DraftPolicy
+from specdec._policy import BatchCost, DraftPolicy
+from specdec._round_budget import row_floor_of
 
 
 def _gains(alpha, k):
@@ -94,3 +95,25 @@ def test_each_request_keeps_its_own_acceptance():
 def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="one row cost per sequence"):
         allocate_rows([[0.9]], [], 1.0, 0.01)
+
+
+def test_a_rows_price_as_a_confidence_floor_is_the_budgets_break_even():
+    """The floor a drafter that knows its draft's probability is told in a batch is the
+    probability at which the budget would give one row: above it the row is given, below it
+    not. None for a lone sequence or before a batch was measured; at most 0.9."""
+    cost = BatchCost()
+    assert row_floor_of(cost, 4) == 0.0
+    a, b = 0.009, 0.004        # 4 sequences: a plain step of 25 ms, a row 4 ms (a 2-core CPU)
+    for rows in (4, 8, 5, 12, 4, 6):
+        cost.observe(rows, a + b * rows)
+    assert row_floor_of(cost, 1) == 0.0
+    for n in (2, 4, 8):
+        p = row_floor_of(cost, n)
+        assert 0.0 < p < 0.9
+        for g, given in ((p * 1.01, [1]), (p * 0.99, [0])):
+            assert allocate_rows([[g]] + [[]] * (n - 1), [b] * n, n, a + b * n)[:1] == given
+    assert row_floor_of(cost, 2) < row_floor_of(cost, 4) < row_floor_of(cost, 8)
+    dear = BatchCost()
+    for rows in (4, 8, 5, 12, 4, 6):
+        dear.observe(rows, 0.0001 + 0.01 * rows)    # a row costs a plain token's share
+    assert row_floor_of(dear, 4) == 0.9

@@ -6,7 +6,8 @@ import pytest
 
 from specdec import Decoder, Sampling
 from specdec.drafters import available, create
-from specdec.drafters._base import run_accept, run_begin, run_observe, run_propose
+from specdec.drafters._base import (run_accept, run_begin, run_observe, run_propose,
+                                   run_propose_batch)
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters._test_hooks import check_suffix_tree, suffix_count
 
@@ -100,6 +101,23 @@ def test_draft_length_follows_confidence():
     assert draft(ambiguous, 9, 0.2) == [5, 7, 9]
     assert draft(ambiguous, 9, 0.3) == []
     assert len(draft(ambiguous, 9, 0.05)) > 3
+
+
+def test_a_rounds_confidence_floor_stops_the_draft_when_higher():
+    """A round's confidence floor (the adaptive policy's ``p_stop``; in a batch, what a verify
+    row must be kept with to pay) stops the draft as a higher ``min_prob`` does; below
+    ``min_prob`` it changes nothing, and a call outside a round keeps none of it."""
+    ambiguous = [9, 1, 7, 9, 2, 7, 9, 3, 7, 9, 4, 7, 9, 5, 7]
+    d = SuffixDrafter(min_prob=0.05, spec_factor=16.0, max_corpus_tokens=0)
+    request(d, ambiguous)
+    assert len(run_propose_batch(d, [0], [9], [16], [0.0])[0]) > 3
+    # as min_prob 0.2 and 0.3 (test_draft_length_follows_confidence)
+    assert run_propose_batch(d, [0], [9], [16], [0.2]) == [[5, 7, 9]]
+    assert run_propose_batch(d, [0], [9], [16], [0.3]) == [[]]
+    assert len(d.propose(0, 9, 16)) > 3
+    d2 = SuffixDrafter(min_prob=0.2, spec_factor=16.0, max_corpus_tokens=0)
+    request(d2, ambiguous)
+    assert run_propose_batch(d2, [0], [9], [16], [0.1]) == [[5, 7, 9]]
 
 
 def test_spec_factor_caps_short_matches():

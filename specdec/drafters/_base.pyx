@@ -483,6 +483,7 @@ cdef class Drafter:
         """
         cdef Draft out = Draft()
         self._grow(seq)
+        self.p_stop = 0.0       # no round: no confidence floor of a policy (a round's would linger)
         self._propose(seq, last_token, n_max, out)
         return out.answer()
 
@@ -549,15 +550,18 @@ def run_propose(Drafter d not None, int seq, int last, int n_max) -> list:
     return out.token_list
 
 
-def run_propose_batch(Drafter d not None, seqs, lasts, n_maxs) -> list:
-    """The drafts of ``seqs`` as the controller asks for them (one batch hook call)."""
+def run_propose_batch(Drafter d not None, seqs, lasts, n_maxs, p_stops=None) -> list:
+    """The drafts of ``seqs`` as the controller asks for them (one batch hook call), each
+    under its confidence floor ``p_stops[j]`` (None: none)."""
     cdef Asks asks = Asks()
     cdef int j
     if not len(seqs) == len(lasts) == len(n_maxs):
         raise ValueError("one last token and one n_max per sequence")
+    if p_stops is None:
+        p_stops = [0.0] * len(seqs)
     for j in range(len(seqs)):
         d._grow(seqs[j])
-        asks.add(seqs[j], lasts[j], n_maxs[j], 0.0, Draft())
+        asks.add(seqs[j], lasts[j], n_maxs[j], p_stops[j], Draft())
     d.propose_batch_c(asks)
     return [(<Draft> x).token_list for x in asks.drafts]
 

@@ -41,7 +41,9 @@ cdef class SuffixDrafter(Drafter):
     ``max_depth`` (64): the longest context matched; the trees index suffixes of up to
     ``max_depth + 1`` tokens. ``min_prob``: stop drafting when the estimated
     probability of the whole draft falls below it; this drafter's ``p_min`` (None: the
-    ``Decoder``'s ``p_min`` when set, else 0.1). ``spec_factor`` (1.0) and ``spec_offset`` (0.0): at most
+    ``Decoder``'s ``p_min`` when set, else 0.1), or below the round's confidence floor when
+    higher (the adaptive policy's ``p_stop``: in a batch, what a verify row must be kept with
+    to pay). ``spec_factor`` (1.0) and ``spec_offset`` (0.0): at most
     ``spec_factor * match_length + spec_offset`` tokens, so a short match, which says
     little, drafts little (Arctic Inference's ``max_spec_factor``/``max_spec_offset``).
     ``max_corpus_tokens`` (100000): size of the global corpus of earlier generations
@@ -141,14 +143,17 @@ cdef class SuffixDrafter(Drafter):
         self.ctx.push_back(last)
         n0 = self.ctx.size()
         cdef double sa = 0.0, sb = 0.0
+        # the round's confidence floor (the adaptive policy's, in a batch a row's price) when
+        # higher: the path probability is the whole draft's, as the floor's is
+        cdef double p_min = max(self.p_min, self.p_stop)
         self.draft_a.clear()
         self.draft_b.clear()
         if seq < len(self.local):
-            sa = (<SuffixTree>self.local[seq]).draft(self.ctx, self.max_depth, n_max, self.p_min,
+            sa = (<SuffixTree>self.local[seq]).draft(self.ctx, self.max_depth, n_max, p_min,
                                                 self.spec_factor, self.spec_offset, self.draft_a)
             self.ctx.resize(n0)
         if self.corpus.n_tokens > 0:
-            sb = self.corpus.draft(self.ctx, self.max_depth, n_max, self.p_min,
+            sb = self.corpus.draft(self.ctx, self.max_depth, n_max, p_min,
                                    self.spec_factor, self.spec_offset, self.draft_b)
         if sb > sa:
             out.tokens = self.draft_b
