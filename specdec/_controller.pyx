@@ -623,6 +623,11 @@ cdef class Controller:
     def is_active(self, int seq) -> bool:
         return self._seq(seq).active
 
+    def prompt_left(self, int seq) -> int:
+        """Prompt tokens of a deferred join not decoded yet (0 once its prompt is all in)."""
+        cdef _Seq s = self._seq(seq)
+        return <int> s.mem.prompt.size() - s.mem.n_filled if s.prefilling else 0
+
     def held(self, int seq) -> list:
         """The tokens in the target's memory for ``seq``, by position."""
         cdef _Seq s = self._seq(seq)

@@ -14,7 +14,8 @@ drafter's corpus and the n-gram cache's dynamic cache (when its slot begins its 
 request), and helps every later request, whichever slot it runs on.
 
 A joining request's prompt is decoded a chunk (``n_batch`` tokens) at a time, with a round of
-the running requests between chunks: a long prompt does not stall the other streams.
+the running requests between chunks: a long prompt does not stall the other streams. Short
+prompts share a chunk, so requests that arrive together begin with one shared round.
 
 A finished request's slot keeps its KV: a later request whose prompt starts with the
 same tokens (the previous turn of a chat, a shared system prompt) takes that slot and

@@ -262,22 +262,32 @@ class Scheduler:
         self.deliver(slot, state)
 
     def prefill_chunk(self) -> None:
-        """The next chunk of the first deferred prompt; its first token once it is all in."""
-        if not self._prefilling:
-            return
-        slot = self._prefilling[0]
-        state = self.running[slot]
-        try:
-            done = self.ctl.prefill(slot)
-        except BaseException as e:      # the controller has left the slot
-            self._prefilling.popleft()
-            del self.running[slot]
-            self._add("failed")
-            state.finish(exc=e)
-            if not isinstance(e, Exception):
-                raise
-            return
-        if done:
+        """Up to one chunk (``n_batch`` tokens) of the deferred prompts, oldest first; each
+        prompt's first token once it is all in.
+
+        Several short prompts (a prompt cache leaves a few tokens of each) go in between the
+        same two rounds: requests that arrive together then decode their first round together,
+        where one prompt per round ran the first rounds with 1, 2, 3 of 4 sequences and left
+        the tail as lopsided. A long prompt still takes one chunk at a time, so it does not
+        stall the streams already running."""
+        budget = self.ctx.n_batch
+        while self._prefilling and budget > 0:
+            slot = self._prefilling[0]
+            state = self.running[slot]
+            left = self.ctl.prompt_left(slot)
+            try:
+                done = self.ctl.prefill(slot, budget)
+            except BaseException as e:      # the controller has left the slot
+                self._prefilling.popleft()
+                del self.running[slot]
+                self._add("failed")
+                state.finish(exc=e)
+                if not isinstance(e, Exception):
+                    raise
+                return
+            budget -= max(left - self.ctl.prompt_left(slot), 1)
+            if not done:
+                return
             self._prefilling.popleft()
             self._prefilled(slot, state)
 

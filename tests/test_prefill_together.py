@@ -1,0 +1,61 @@
+"""Requests that arrive together start together: the Engine puts every short deferred
+prompt in between the same two rounds (up to one chunk of ``n_batch`` tokens), so their
+first round is shared; a long prompt still goes in a chunk at a time between rounds."""
+import random
+
+from specdec import Engine
+
+
+def _prompt(seed, n):
+    rng = random.Random(seed)
+    return [rng.randrange(2, 250) for _ in range(n)]
+
+
+def _record_rounds(eng):
+    """The number of decoding (not prefilling) sequences at each of the core's rounds."""
+    core = eng._core
+    seen = []
+    inner = core.round
+
+    def round_():
+        n = len(core.running) - len(core._prefilling)
+        if n:
+            seen.append(n)
+        inner()
+    core.round = round_
+    return seen
+
+
+def _alone(path, prompts, **kw):
+    """Each prompt's tokens run one at a time, on an Engine of its own (a finished slot
+    keeps its KV, so the same Engine would not decode those prompts again)."""
+    with Engine(path, n_slots=4, n_ctx=256, prompt_cache_mib=0) as eng:
+        return [eng.submit(p, **kw).result(120).tokens for p in prompts]
+
+
+def _submit_together(eng, prompts, **kw):
+    with eng._cv:                # the worker takes the queue only once all are in
+        handles = [eng.submit(p, **kw) for p in prompts]
+    return [h.result(120) for h in handles]
+
+
+def test_short_prompts_that_arrive_together_share_their_first_round(tiny_dense_path):
+    prompts = [_prompt(s, 12) for s in range(4)]
+    with Engine(tiny_dense_path, n_slots=4, n_ctx=256, n_batch=64, prompt_cache_mib=0) as eng:
+        seen = _record_rounds(eng)
+        res = _submit_together(eng, prompts, max_tokens=6)
+    assert [r.tokens for r in res] == _alone(tiny_dense_path, prompts, max_tokens=6)
+    assert seen[0] == 4 and set(seen) == {4}        # every round decoded all four
+
+
+def test_a_long_prompt_still_goes_in_a_chunk_at_a_time(tiny_dense_path):
+    """A 40-token prompt with ``n_batch`` 16 takes three chunks, each between two rounds of
+    the requests already decoding; the short prompts before it are in at the first."""
+    prompts = [_prompt(s, 6) for s in range(3)] + [_prompt(9, 40)]
+    with Engine(tiny_dense_path, n_slots=4, n_ctx=256, n_batch=16, prompt_cache_mib=0) as eng:
+        seen = _record_rounds(eng)
+        res = _submit_together(eng, prompts, max_tokens=8)
+    assert [r.tokens for r in res] == _alone(tiny_dense_path, prompts, max_tokens=8)
+    # the short prompts' 18 tokens: 16 in the first chunk (the third's last 2 wait), then
+    # those 2 and 14 of the long prompt's 40, then 16, then 10
+    assert seen[:4] == [2, 3, 3, 4] and set(seen[4:]) <= {4, 3, 2, 1}
