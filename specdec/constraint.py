@@ -50,6 +50,13 @@ class Constraint:
     lark: Optional[str] = field(default=None,
                                 metadata={"cli": "file", "help": "llguidance Lark grammar"})
 
+    def __post_init__(self) -> None:
+        # one kind per constraint: with two, ``kind`` would pick one and drop the other
+        given = [f.name for f in fields(self) if getattr(self, f.name) is not None]
+        if len(given) != 1:
+            raise ValueError(f"a Constraint takes one of {[f.name for f in fields(self)]}, "
+                             f"got {given or 'none'}")
+
     @classmethod
     def of(cls, options: Mapping[str, Any]) -> Optional["Constraint"]:
         """The constraint of a request's keyword options (None: unconstrained)."""

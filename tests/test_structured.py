@@ -337,3 +337,14 @@ def test_lockstep_verification_shares_the_head_passes(exact_gemma, temperature):
     assert together[2][0] < 0.8 * one_by_one[2][0], (together[2], one_by_one[2])
     assert together[2][1] <= one_by_one[2][1], (together[2], one_by_one[2])
     assert together[1] == one_by_one[1]
+
+
+@pytest.mark.parametrize("given", [dict(regex="a+", choices=["a"]),
+                                   dict(grammar='root ::= "a"', lark='start: "a"'), {}])
+def test_constraint_takes_exactly_one_field(given):
+    # found by the adversarial sweep: Constraint(regex=..., choices=...) was built, and its
+    # kind (the first field set) silently dropped the other
+    with pytest.raises(ValueError, match="a Constraint takes one of") as e:
+        Constraint(**given)
+    assert all(name in str(e.value) for name in given) or "none" in str(e.value)
+    assert Constraint(regex="a+").kind == "regex"
