@@ -680,13 +680,19 @@ def check_layout(lay: GGUFLayout) -> str:
     return arch
 
 
-def check_gguf(path: "os.PathLike[str] | str") -> str:
-    """Raise :class:`GGUFError` if llama.cpp could crash on this file; returns the architecture."""
+def check_path(path: "os.PathLike[str] | str") -> str:
+    """The model path as a string, refused by what it is when it is not a file."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"model file not found: {path}")
     if os.path.isdir(path):
         raise IsADirectoryError(f"model path is a directory, not a GGUF file: {path}")
+    return path
+
+
+def check_gguf(path: "os.PathLike[str] | str") -> str:
+    """Raise :class:`GGUFError` if llama.cpp could crash on this file; returns the architecture."""
+    path = check_path(path)
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size < 24:

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from ._gguf_check import GGUFError
+from ._gguf_check import GGUFError, check_path
 from .cache import cache_dir
 
 #: the probe's steps; bump when they change, so old verdicts are not reused
@@ -59,9 +59,7 @@ def check_model(path: Union[str, "os.PathLike[str]"], *, timeout: float = 300.0,
     or died (its signal and llama.cpp's last message), or did not finish in ``timeout``
     seconds. ``cache=False`` probes again even if a verdict is cached.
     """
-    path = os.fspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"model file not found: {path}")
+    path = check_path(path)
     vpath = _verdict_path(file_digest(path))
     if cache and vpath.exists():
         try:

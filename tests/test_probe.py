@@ -110,3 +110,11 @@ def test_check_argument_validated(tiny_dense_path):
         Model(tiny_dense_path, check="paranoid")
     with pytest.raises(FileNotFoundError):
         check_model(os.path.join(os.path.dirname(tiny_dense_path), "missing.gguf"))
+
+
+def test_check_model_of_a_directory_says_so(tmp_path):
+    # found by the adversarial sweep: a directory was "model file not found"
+    with pytest.raises(IsADirectoryError, match="model path is a directory, not a GGUF file"):
+        check_model(tmp_path)
+    with pytest.raises(FileNotFoundError, match="model file not found"):
+        check_model(tmp_path / "missing.gguf")
