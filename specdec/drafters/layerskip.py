@@ -17,6 +17,9 @@ from .._progress import shown
 from .draft_model import DraftModelDrafter
 
 _BLK = re.compile(r"^blk\.(\d+)\.")
+#: in the cache key: bumped when what a draft derived from the same file holds changes, so an
+#: older draft is not reused (2: a vocabulary as long as the block count is kept whole, d266f9e)
+FORMAT = 2
 
 
 def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
@@ -28,7 +31,7 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
     cached = out is None
     if out is None:
         out = cache.derived_path("layerskip", f"L{n_layers}",
-                                 cache.content_key(src, "layerskip", n_layers))
+                                 cache.content_key(src, "layerskip", FORMAT, n_layers))
         if cache.lookup(out) is not None:
             return out
     out = Path(out)
