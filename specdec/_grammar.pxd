@@ -16,6 +16,9 @@ cdef class GrammarState:
     cdef readonly int n_forced   # tokens of drafts the grammar forced
     cdef readonly int n_cut      # draft tokens the grammar refused before they were verified
     cdef bint replaced           # the last fit_draft_c replaced the proposal by forced tokens
+    cdef vector[int32_t] forced  # the tokens the grammar forces now (``forced_c``)
+    cdef bint forced_known       # ``forced`` is of the state as it is now
+    cdef readonly int n_after_forced  # draft tokens proposed past a forced run, kept for verify
     cdef readonly str error      # the matcher's error, if it failed mid-request
 
     cdef const uint32_t * bits_c(self) except NULL
@@ -24,4 +27,5 @@ cdef class GrammarState:
     cdef int whole_ahead(self, const int32_t * toks, int n, int sparse_head) except -1
     cdef bint allowed_c(self, int32_t tok) noexcept nogil
     cdef int advance_c(self, int32_t tok) except -1
+    cdef const vector[int32_t] * forced_c(self) except NULL
     cdef int fit_draft_c(self, Draft draft, int k_cap) except -1

@@ -6,6 +6,7 @@ class GrammarState:
     n_masks: int
     n_forced: int
     n_cut: int
+    n_after_forced: int
     n_ahead: int
     error: str | None
     def __init__(self, matcher: Any, n_vocab: int, eos: int) -> None: ...

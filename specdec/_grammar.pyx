@@ -124,30 +124,43 @@ cdef class GrammarState:
     cdef int advance_c(self, int32_t tok) except -1:
         """The request's output goes on with ``tok`` (allowed by the last mask)."""
         self.fresh = False
+        self.forced_known = False
         if self.error is None and not self.matcher.consume_token(tok):
             self.error = _first_line(self.matcher.get_error()) or f"the grammar refused token {tok}"
         return 0
 
+    cdef const vector[int32_t] * forced_c(self) except NULL:
+        """The tokens the grammar forces from its state now (computed once per state: the
+        round's drafting asks before the drafters, to give them as context, and after)."""
+        if not self.forced_known:
+            self.forced.clear()
+            if self.error is None:
+                for t in self.matcher.compute_ff_tokens():
+                    self.forced.push_back(t)
+            self.forced_known = True
+        return &self.forced
+
     cdef int fit_draft_c(self, Draft draft, int k_cap) except -1:
         """Forced tokens first, then what the grammar allows of the draft; returns how many
         tokens lead it that the grammar forces. A draft that does not begin with them is
-        replaced by them (its continuation would follow other tokens)."""
+        replaced by them (its continuation would follow other tokens); one that does (a
+        drafter given them as context drafts past them) is cut at the grammar's first refusal."""
         self.replaced = False
         if self.error is not None or k_cap <= 0:
             draft.clear()
             return 0
-        forced = self.matcher.compute_ff_tokens()
-        cdef int n_f = min(len(forced), k_cap), i, n = draft.tokens.size()
+        cdef const vector[int32_t] * forced = self.forced_c()
+        cdef int n_f = min(<int>forced.size(), k_cap), i, n = draft.tokens.size()
         cdef bint keep = n >= n_f
         for i in range(min(n, n_f)):
-            if draft.tokens[i] != <int32_t> forced[i]:
+            if draft.tokens[i] != forced[0][i]:
                 keep = False
                 break
         if not keep:
             self.replaced = n > 0
             draft.clear()
             for i in range(n_f):
-                draft.tokens.push_back(forced[i])
+                draft.tokens.push_back(forced[0][i])
             self.n_forced += n_f
             return n_f
         n = min(n, k_cap)
@@ -155,6 +168,8 @@ cdef class GrammarState:
             n_ok = self.matcher.validate_tokens([draft.tokens[i] for i in range(n)])
             self.n_cut += n - n_ok
             n = n_ok
+            if n_f > 0 and n > n_f:
+                self.n_after_forced += n - n_f
         draft.tokens.resize(n)
         self.n_forced += n_f
         return n_f

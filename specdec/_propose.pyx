@@ -13,9 +13,20 @@ catch-up left out (``t_asked``; its part of the catch-up in ``t_caught``, and of
 forced tokens then lead the draft, which ends before the first token the grammar refuses;
 they cost no drafting and are accepted, so a sequence takes them whatever its cap
 (``k_room``), in rounds its policy or the batch's floor holds plain too.
+
+A drafter that reads only its history (``drafts_past_forced``: the n-gram and suffix
+drafters, without Python overrides) drafts past the forced run: while it proposes, its
+history holds the pending token and the forced tokens but the last, which it is given as
+the pending one, so its lookup ends in them (in JSON, after a forced ``", "name": "`` it
+copies the value from the prompt). Its proposal follows the forced tokens within the cap
+(forced rows count against it), and the grammar cuts it at its first refusal. Other
+drafters are asked from the pending token, and a proposal that does not begin with the
+forced tokens is replaced by them.
 """
 from ._timing cimport now
 from ._output cimport RUNNING, FAILED
+from libc.stdint cimport int32_t
+from libcpp.vector cimport vector
 from ._seq cimport _Seq, NO_DRAFT, DRAFTED, FORCED
 from .drafters._base cimport Drafter
 
@@ -58,11 +69,24 @@ def sat_out_share(double t_sync, rows) -> float:
     return sat_out_part(t_sync, sat, prompt)
 
 
+cdef inline int lead_of(_Seq s, Drafter d) except -1:
+    """How many forced tokens ``d`` is given as context for ``s`` (0: asked from ``last``):
+    all of them, where the grammar forces some, the drafter reads only its history and the
+    cap leaves room past them."""
+    if s.req.grammar is None or not d.drafts_past_forced or d._py_propose \
+            or d._py_propose_batch or s.req.out.finish != RUNNING:
+        return 0
+    cdef int n_f = s.req.grammar.forced_c().size()
+    return n_f if 0 < n_f < min(s.k_cap, s.k_room) else 0
+
+
 cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
     """Draft for ``seqs`` (see the module docstring); ``asks``: the controller's, reused."""
     cdef _Seq s
     cdef Drafter d
-    cdef int j, n, level = 0
+    cdef int j, n, n_l, level = 0
+    cdef const vector[int32_t] * forced
+    cdef vector[int] h0
     cdef long sat, prompt, s1, p1
     cdef double t0, share, out
     cdef list pending = [], group
@@ -71,6 +95,7 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
         s.draft.clear()
         s.kind = NO_DRAFT
         s.n_forced = 0
+        s.n_lead = 0
         s.t_asked = 0.0
         s.t_caught = 0.0
         s.t_caught_out = 0.0
@@ -87,20 +112,36 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
             asks.clear()
             asks.isolate = isolate
             sat = prompt = 0
-            for s in group:
-                asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
-                rows_behind(s.mem.n_past, s.n_asked_at, s.cnt.n_prompt, &s1, &p1)
-                sat += s1
-                prompt += p1
-                s.n_asked_at = s.mem.n_past
+            h0.clear()
             t0 = now()
             try:
+                for s in group:
+                    n_l = s.n_lead = lead_of(s, d)
+                    h0.push_back(d.hist(s.id).size() if n_l > 0 else 0)
+                    if n_l > 0:
+                        # the drafter's history ends in the pending token and the forced
+                        # run (its last token as the pending one); taken back after the call
+                        forced = s.req.grammar.forced_c()
+                        d._append_hist(s.id, &s.last, 1)
+                        d._append_hist(s.id, forced.data(), n_l - 1)
+                        asks.add(s.id, forced[0][n_l - 1], s.k_cap - n_l, s.p_stop, s.draft)
+                    else:
+                        asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
+                    rows_behind(s.mem.n_past, s.n_asked_at, s.cnt.n_prompt, &s1, &p1)
+                    sat += s1
+                    prompt += p1
+                    s.n_asked_at = s.mem.n_past
+                t0 = now()
                 d.propose_batch_c(asks)
             finally:
                 n = len(group)
                 share = max(0.0, now() - t0 - asks.t_sync) / n
                 out = sat_out_part(asks.t_sync, sat, prompt) / n
                 asks.drafts = []
+                for j in range(<int>h0.size()):
+                    s = <_Seq> group[j]
+                    if s.n_lead > 0:
+                        d.hist(s.id).resize(h0[j])
             for j in range(n):
                 s = <_Seq> group[j]
                 s.t_asked += share
@@ -112,13 +153,19 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
                     s.req.out.set_finish(FAILED)
                     errors[s.id] = asks.errors[j]
                     continue
-                if <int>s.draft.tokens.size() > s.k_cap:
-                    s.draft.tokens.resize(s.k_cap)
+                if <int>s.draft.tokens.size() > s.k_cap - s.n_lead:
+                    s.draft.tokens.resize(s.k_cap - s.n_lead)
                 if <int>s.draft.tokens.size() >= (s.req.n_min if s.req.n_min > 0 else 1):
                     s.kind = DRAFTED
                     s.proposer = level
+                    if s.n_lead > 0:
+                        # the proposal follows the forced run: it leads the draft
+                        forced = s.req.grammar.forced_c()
+                        s.draft.tokens.insert(s.draft.tokens.begin(), forced.data(),
+                                              forced.data() + s.n_lead)
                 else:
                     s.draft.clear()
+                    s.n_lead = 0
                     pending.append(s)
         level += 1
     for s in seqs:

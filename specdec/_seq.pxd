@@ -82,6 +82,8 @@ cdef class _Seq:
     cdef DraftKind kind
     cdef int proposer
     cdef int n_forced            # draft tokens the grammar forced this round (they lead it)
+    cdef int n_lead              # forced tokens its drafter was given as context this round
+                                 # (its proposal follows them; ``_propose``)
     cdef int row0                # batch index of ``last`` in the current verify batch (-1: none)
     cdef int k_want, k_cap       # drafts the policy wants, and the cap asked for
     cdef int k_lim               # the round's limits on drafts (tokens left, context, rows)

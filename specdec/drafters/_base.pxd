@@ -53,6 +53,10 @@ cdef class Drafter:
     cdef double p_stop                  # this round: the adaptive policy's confidence floor
                                         # (drafters that know their draft's probability
                                         # stop below max(p_min, p_stop); 0: none)
+    cdef bint drafts_past_forced        # its C ``_propose`` reads only the history and the
+                                        # pending token and keeps nothing of them: the round
+                                        # may extend the history by a grammar's forced tokens
+                                        # while it proposes (``_propose.pyx``)
     cdef double t_sync                  # seconds of the last propose_c spent catching up with
                                         # history rather than drafting (the policy leaves it out)
 

@@ -65,6 +65,7 @@ cdef class NgramDrafter(Drafter):
         if not 1 <= self.n_min_key <= n:
             raise ValueError(f"n_min_key must be in 1..{n}, got {n_min_key}")
         self.index = []
+        self.drafts_past_forced = True     # reads history + pending token only
 
     cdef _SeqIndex _idx(self, int seq):
         while len(self.index) <= seq:

@@ -80,6 +80,7 @@ cdef class SuffixDrafter(Drafter):
         self.max_corpus_tokens = max_corpus_tokens
         self.corpus = SuffixTree(max_depth + 1)
         self.corpus_max_tok = -1
+        self.drafts_past_forced = True     # reads history + pending token only
         self.local = []
 
     @property
