@@ -266,12 +266,54 @@ class _Vocab:
             toks.append(b)
         self.tokens = toks
         self.special_token_ids = special
+        self._special = frozenset(special)
+        self._by_piece: Optional[Dict[bytes, int]] = None     # built on first need
+        self._longest = 0
 
     def __call__(self, text: Any) -> List[int]:
+        """llama.cpp's tokens for ``text`` (the bytes a grammar forces), where they spell it;
+        else the longest pieces of the vocabulary that do, left to right.
+
+        llguidance feeds these tokens to the matcher as the forced text. A tokenizer that adds
+        a leading space (a SentencePiece vocabulary with ``add_space_prefix``) or maps bytes
+        to ids its pieces do not spell (synthetic vocabularies) would make the matcher take
+        other text than the grammar forced, and the request would fail on its next token."""
         model = self._model()
         if model is None:
             raise RuntimeError("the model of this tokenizer was freed")
-        return model.tokenize(text, add_special=False, parse_special=True)
+        toks = model.tokenize(text, add_special=False, parse_special=True)
+        want = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+        if b"".join(self._spelling(t) for t in toks) == want:
+            return toks
+        return self._greedy(want) or toks
+
+    def _spelling(self, t: int) -> bytes:
+        """The text token ``t`` stands for in a tokenization (a control token: its name)."""
+        b = self.tokens[t] if 0 <= t < len(self.tokens) else b""
+        return b[1:] if b[:1] == b"\xff" and t in self._special else b
+
+    def _greedy(self, want: bytes) -> Optional[List[int]]:
+        """The longest vocabulary piece at each place, left to right; None where some byte
+        starts no piece."""
+        if self._by_piece is None:
+            by: Dict[bytes, int] = {}
+            for t, b in enumerate(self.tokens):
+                if b and t not in self._special:
+                    by.setdefault(b, t)
+            self._by_piece = by
+            self._longest = max(map(len, by), default=0)
+        out: List[int] = []
+        i = 0
+        while i < len(want):
+            for n in range(min(self._longest, len(want) - i), 0, -1):
+                t = self._by_piece.get(want[i:i + n])
+                if t is not None:
+                    out.append(t)
+                    i += n
+                    break
+            else:
+                return None
+        return out
 
 
 _tokenizers: "weakref.WeakKeyDictionary[Model, Any]" = weakref.WeakKeyDictionary()

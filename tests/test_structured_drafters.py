@@ -22,15 +22,12 @@ from specdec.testing import write_bigram_mtp_model
 pytest.importorskip("llguidance")
 
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6]
-#: no constraint that forces text: the bigram model's pieces are its ids in hex ("be" is
-#: token 190) while its tokenizer maps bytes to ids ("e" to 101), and llguidance tokenizes
-#: the bytes a grammar forces with the model's tokenizer; a ``choices`` such as "beef" |
-#: "bead" forces "e" after "b" and gets a token that does not spell it. (Before the grammar's
-#: failures were raised, plain and speculative decoding ended alike on the invalid "bbe".)
-#: The byte model below, whose tokenizer and pieces agree, covers ``choices`` and schemas.
+#: the choices force text after their first byte: the bigram model's pieces are its ids in
+#: hex while its tokenizer maps bytes to ids, so the forced text is tokenized from the pieces
+#: (``constraint._Vocab``)
 CONSTRAINTS = [{"regex": r"[a-zA-Z ]{0,80}"},
                {"grammar": 'root ::= [a-f]+ [0-9] [a-z]{2,12}'},
-               {"regex": r"(c|d)[0-9a-f]{3,9}"}]
+               {"choices": ["beef", "bead", "cafe0"]}]
 EOS = 7
 PERIOD = 16
 
