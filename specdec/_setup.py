@@ -22,7 +22,7 @@ PLAIN = "plain"
 
 def as_list(drafter: Union[DrafterSpec, Sequence[DrafterSpec], None]) -> List[DrafterSpec]:
     """The drafter specs a Decoder or Engine loads (``None`` or ``"plain"``: none)."""
-    if drafter is None or (isinstance(drafter, str) and drafter == PLAIN):
+    if drafter is None:
         return []
     specs = list(drafter) if isinstance(drafter, (list, tuple)) else [drafter]
     if any(isinstance(s, str) and s == PLAIN for s in specs):

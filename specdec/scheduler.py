@@ -33,8 +33,8 @@ from ._controller import Controller, new_policy
 from ._core import Context, Model
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, call_options,
                        result as read_result, tokenize)
-from ._setup import (PLAIN, DrafterSpec, LazyLogits, PathLike, exact_slack, load_model,
-                     make_context, make_drafters, needs_hidden_rows)
+from ._setup import (PLAIN, DrafterSpec, LazyLogits, PathLike, as_list, exact_slack,
+                     load_model, make_context, make_drafters, needs_hidden_rows)
 from .config import SpecConfig
 from .constraint import Constraint
 from .drafters import Drafter
@@ -148,15 +148,10 @@ class Scheduler:
         """The drafters a request drafts with, from the names it gives (checked)."""
         if drafter is None or drafter == DEFAULT:
             return self.default
-        if drafter == PLAIN:
-            return ()
-        if isinstance(drafter, str):
-            names: Tuple[Any, ...] = (drafter,)
-        elif isinstance(drafter, (list, tuple)):
-            names = tuple(drafter)
-        else:
+        if not isinstance(drafter, (str, list, tuple)):
             raise TypeError("drafter must be the name of one of this engine's drafters, a list "
                             f"of them, 'plain' or None; got {type(drafter).__name__}")
+        names = as_list(drafter)        # "plain" (alone, or a list of it): none
         for name in names:
             if not isinstance(name, str) or name not in self.named:
                 raise ValueError(f"unknown drafter {name!r}: this engine loaded "
