@@ -150,6 +150,12 @@ class AsyncStream:
 
     async def __anext__(self) -> Piece:
         assert self._s.apieces is not None
+        if asyncio.get_running_loop() is not self._s.loop:
+            # the worker hands pieces to the loop that called stream(): read from another,
+            # the queue's waiter would never be woken and the read would hang
+            raise RuntimeError("this stream delivers its pieces to the event loop that called "
+                               "Engine.stream(); iterate it there (Engine.generate() may be "
+                               "awaited from any loop)")
         try:
             p = await self._s.apieces.get()
         except BaseException:
