@@ -19,7 +19,7 @@ from ._core import (
     devices,
     system_info,
 )
-from ._gguf_check import GGUFError
+from ._gguf_layout import GGUFError
 from .api import Decoder, Stream, generate, stream
 from .engine import AsyncStream, Engine, EngineClosed, RequestHandle
 from .config import Sampling, SpecConfig

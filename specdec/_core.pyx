@@ -41,7 +41,8 @@ import numpy as np
 from ._archs import (BLOCK_DRAFT_ARCHS, LAYER_DRAFT_ARCHS, LAYER_INPUT_ARCHS, LAZY_MTP_ARCHS, MTP_ARCHS,
                      MTP_MULTI_HEAD_ARCHS, MTP_PRUNED_ARCHS, PARTIAL_ROLLBACK_ARCHS,
                      ROLLBACK_TRIM_ARCHS)
-from ._gguf_check import GGUFError, check_gguf
+from ._gguf_check import check_gguf
+from ._gguf_layout import GGUFError
 from .placement import Placement
 
 include "_log.pxi"          # llama.cpp's log -> logging; signals held back by C callbacks

@@ -55,7 +55,7 @@ def content_key(path: Union[str, "os.PathLike[str]"], *params: Any) -> str:
     The tensor infos carry every tensor's name, type, shape and offset, so two files
     differ here unless they are the same model; the path and mtime play no part.
     """
-    from ._gguf_check import parse_gguf
+    from ._gguf_layout import parse_gguf
 
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         lay = parse_gguf(mm, strings=False)

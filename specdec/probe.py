@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple, Union
 
-from ._gguf_check import GGUFError, check_path
+from ._gguf_check import check_path
+from ._gguf_layout import GGUFError
 from .cache import cache_dir
 
 #: the probe's steps; bump when they change, so old verdicts are not reused

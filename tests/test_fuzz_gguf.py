@@ -13,7 +13,8 @@ import time
 import pytest
 
 import specdec
-from specdec._gguf_check import GGUFError, check_gguf, check_layout, parse_gguf
+from specdec._gguf_check import check_gguf, check_layout
+from specdec._gguf_layout import GGUFError, parse_gguf
 from specdec.testing import gguf_fuzz
 from specdec.testing.gguf_fuzz import dump, load
 

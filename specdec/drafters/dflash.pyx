@@ -36,7 +36,7 @@ from .._core cimport Model, Context, Batch
 from .._sampling cimport argmax, prob_at_least
 from .._timing cimport now
 from ._base cimport Drafter, Draft, Asks
-from .._gguf_check import parse_gguf
+from .._gguf_layout import parse_gguf
 
 import mmap
 import os

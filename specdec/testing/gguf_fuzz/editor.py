@@ -10,7 +10,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, List, Optional
 
-from specdec._gguf_check import T_ARRAY, T_STRING, VALUE_TYPES, parse_gguf, tensor_nbytes
+from specdec._gguf_layout import T_ARRAY, T_STRING, VALUE_TYPES, parse_gguf, tensor_nbytes
 
 
 @dataclass

@@ -12,8 +12,8 @@ import struct
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from specdec._gguf_check import (T_ARRAY, T_STRING, VALUE_TYPES, parse_gguf, tensor_nbytes,
-                                 tensor_types)
+from specdec._gguf_layout import (T_ARRAY, T_STRING, VALUE_TYPES, parse_gguf, tensor_nbytes,
+                                  tensor_types)
 
 from .editor import Entry, GGUFFile, Sparse, Tensor, dump, load
 
