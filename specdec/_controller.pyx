@@ -545,7 +545,8 @@ cdef class Controller:
             d = <Drafter> s.req.drafters[i]
             d.observe_c(s.id, self.scratch.data(), a + 1, s.row0)
             if s.kind == DRAFTED and i == s.proposer:
-                d.accept_c(s.id, a)
+                # of its own proposal: one drafted past a forced run follows ``n_lead`` tokens
+                d.accept_c(s.id, max(0, a - s.n_lead))
         lap(&self.clock, T_DRAFT)
         s.mem.n_past = keep
         if s.kind == DRAFTED or s.kind == FORCED:   # the exact-mode filler is not a draft

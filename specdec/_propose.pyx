@@ -14,12 +14,14 @@ forced tokens then lead the draft, which ends before the first token the grammar
 they cost no drafting and are accepted, so a sequence takes them whatever its cap
 (``k_room``), in rounds its policy or the batch's floor holds plain too.
 
-A drafter that reads only its history (``drafts_past_forced``: the n-gram and suffix
-drafters, without Python overrides) drafts past the forced run: while it proposes, its
-history holds the pending token and the forced tokens but the last, which it is given as
-the pending one, so its lookup ends in them (in JSON, after a forced ``", "name": "`` it
-copies the value from the prompt). Its proposal follows the forced tokens within the cap
-(forced rows count against it), and the grammar cuts it at its first refusal. Other
+A drafter that reads only its history (``drafts_past_forced``: the n-gram family and the
+suffix drafter, without Python overrides) drafts past the forced run: while it proposes, its
+history holds the pending token and the forced tokens but the last, lent for the call
+(``Drafter.lend_hist``; one that indexes its history, ngram-map and ngram-cache, indexes
+only what was observed), and it is given the last as the pending one, so its lookup ends in
+them (in JSON, after a forced ``", "name": "`` it copies the value from the prompt). Its
+proposal follows the forced tokens within the cap (forced rows count against it), the
+grammar cuts it at its first refusal, and its ``accept`` counts its own tokens. Other
 drafters are asked from the pending token, and a proposal that does not begin with the
 forced tokens is replaced by them.
 """
@@ -86,7 +88,6 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
     cdef Drafter d
     cdef int j, n, n_l, level = 0
     cdef const vector[int32_t] * forced
-    cdef vector[int] h0
     cdef long sat, prompt, s1, p1
     cdef double t0, share, out
     cdef list pending = [], group
@@ -112,18 +113,15 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
             asks.clear()
             asks.isolate = isolate
             sat = prompt = 0
-            h0.clear()
             t0 = now()
             try:
                 for s in group:
                     n_l = s.n_lead = lead_of(s, d)
-                    h0.push_back(d.hist(s.id).size() if n_l > 0 else 0)
                     if n_l > 0:
                         # the drafter's history ends in the pending token and the forced
                         # run (its last token as the pending one); taken back after the call
                         forced = s.req.grammar.forced_c()
-                        d._append_hist(s.id, &s.last, 1)
-                        d._append_hist(s.id, forced.data(), n_l - 1)
+                        d.lend_hist(s.id, s.last, forced.data(), n_l - 1)
                         asks.add(s.id, forced[0][n_l - 1], s.k_cap - n_l, s.p_stop, s.draft)
                     else:
                         asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
@@ -138,10 +136,9 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
                 share = max(0.0, now() - t0 - asks.t_sync) / n
                 out = sat_out_part(asks.t_sync, sat, prompt) / n
                 asks.drafts = []
-                for j in range(<int>h0.size()):
-                    s = <_Seq> group[j]
+                for s in group:
                     if s.n_lead > 0:
-                        d.hist(s.id).resize(h0[j])
+                        d.take_back_hist(s.id)
             for j in range(n):
                 s = <_Seq> group[j]
                 s.t_asked += share

@@ -17,6 +17,8 @@ import specdec
 from specdec import Decoder
 from specdec.constraint import Grammar
 from specdec.drafters.ngram import NgramDrafter
+from specdec.drafters.ngram_cache import NgramCacheDrafter
+from specdec.drafters.ngram_map import NgramMapDrafter
 from specdec.drafters.suffix import SuffixDrafter
 
 pytest.importorskip("llguidance")
@@ -58,8 +60,9 @@ def _run(model, drafter, monkeypatch):
     return res, states[0]
 
 
-@pytest.mark.parametrize("make", [lambda: NgramDrafter(3), lambda: SuffixDrafter()],
-                         ids=["ngram", "suffix"])
+@pytest.mark.parametrize("make", [lambda: NgramDrafter(3), lambda: SuffixDrafter(),
+                                  lambda: NgramMapDrafter(2, 4), lambda: NgramCacheDrafter()],
+                         ids=["ngram", "suffix", "ngram-map", "ngram-cache"])
 def test_drafts_go_on_past_the_forced_run(byte_model, monkeypatch, make):
     plain = Decoder(byte_model, exact=True, n_ctx=256).generate(PROMPT, max_tokens=64,
                                                                 regex=REGEX)
@@ -74,6 +77,43 @@ def test_drafts_go_on_past_the_forced_run(byte_model, monkeypatch, make):
     # ... and accepted: fewer rounds than drafting the forced tokens alone
     assert res.stats.rounds < base.stats.rounds
 
+
+class _Logged(NgramDrafter):
+    """The n-gram drafter (its C ``propose``: drafted past forced runs) with what it
+    observes and what it hears accepted logged per round."""
+
+    def __init__(self):
+        super().__init__(3)
+        self.log = []
+
+    def observe(self, seq, tokens):
+        self.log.append(["observe", list(tokens)])
+        super().observe(seq, tokens)
+
+    def accept(self, seq, n_accepted):
+        self.log.append(["accept", n_accepted])
+
+
+def test_accept_counts_the_drafters_own_tokens(byte_model, monkeypatch):
+    """A proposal drafted past a forced run follows it: the drafter hears how many of its
+    own tokens were accepted, not the forced ones before them. The regex forces
+    ``"name": "`` after ``{`` and ``, "id": "`` after the name's ``"``: a round that kept
+    such a run and ``j`` tokens after it observes ``1 + len(run) + j`` tokens (its pending
+    token first) and must report ``j`` accepted."""
+    d = _Logged()
+    res, st = _run(byte_model, d, monkeypatch)
+    assert st.n_after_forced > 0
+    runs = {byte_model.tokenize(r, add_special=False)[0]: byte_model.tokenize(r[1:], add_special=False)
+            for r in ('{"name": "', '", "id": "')}
+    checked = 0
+    for (what, obs), (what2, n_acc) in zip(d.log, d.log[1:]):
+        if what != "observe" or what2 != "accept" or obs[0] not in runs:
+            continue
+        run = runs[obs[0]]
+        if obs[1:1 + len(run)] == run:
+            assert n_acc == len(obs) - 1 - len(run), (obs, n_acc)
+            checked += 1
+    assert checked > 0
 
 
 @pytest.mark.slow      # 2000 requests

@@ -36,6 +36,7 @@ cdef class TokenHistory:
     """One sequence's tokens; Python reads them through read-only buffer views."""
     cdef vector[int32_t] v
     cdef int n_exports              # buffer views alive: while any is, the storage never moves
+    cdef int n_lent                 # tokens at its end lent for one propose call (not observed)
 
 
 cdef class Drafter:
@@ -53,10 +54,11 @@ cdef class Drafter:
     cdef double p_stop                  # this round: the adaptive policy's confidence floor
                                         # (drafters that know their draft's probability
                                         # stop below max(p_min, p_stop); 0: none)
-    cdef bint drafts_past_forced        # its C ``_propose`` reads only the history and the
-                                        # pending token and keeps nothing of them: the round
-                                        # may extend the history by a grammar's forced tokens
-                                        # while it proposes (``_propose.pyx``)
+    cdef bint drafts_past_forced        # its C ``_propose`` reads the history and the pending
+                                        # token, and keeps nothing of the tokens past
+                                        # ``n_observed``: the round may lend it a grammar's
+                                        # forced tokens while it proposes (``lend_hist``,
+                                        # ``_propose.pyx``)
     cdef double t_sync                  # seconds of the last propose_c spent catching up with
                                         # history rather than drafting (the policy leaves it out)
 
@@ -67,6 +69,9 @@ cdef class Drafter:
     cdef int n_hist_seqs(self) noexcept
     cdef int _clear_hist(self, int seq) except -1
     cdef int _append_hist(self, int seq, const int32_t * toks, int n) except -1
+    cdef int lend_hist(self, int seq, int32_t last, const int32_t * forced, int n) except -1
+    cdef int take_back_hist(self, int seq) except -1
+    cdef int n_observed(self, int seq) except -1
     cdef int bind_c(self, Context target, int n_seq) except -1
     cdef Model own_model(self, object source, Model target, bint load_mtp=*)
 

@@ -14,7 +14,9 @@ Lifecycle (llama.cpp's ``common_speculative`` begin/draft/accept, vLLM's propose
   sequence of a round that asks this drafter, in one call (the controller calls this,
   once per round). The default asks ``propose`` for each in turn; a drafter with a model
   of its own drafts them all with one decode per draft step (one row per sequence);
-* ``accept(seq, n_accepted)``: how many of the last draft the target kept;
+* ``accept(seq, n_accepted)``: how many of the last draft the target kept (of a
+  built-in drafter's proposal drafted past a grammar's forced run, its own tokens after
+  the run: see ``lend_hist``);
 * ``reset(seq)``: forget the sequence.
 
 The rest of the contract, each with a default here, is what the Decoder asks of every
@@ -241,6 +243,38 @@ cdef class Drafter:
             th = fresh
         th.v.insert(th.v.end(), toks, toks + n)
         return 0
+
+    cdef int lend_hist(self, int seq, int32_t last, const int32_t * forced, int n) except -1:
+        """For one propose call past a grammar's forced run (``_propose.pyx``): the history
+        ends in the pending token ``last`` and ``forced[0..n-1]``, tokens not observed yet
+        (``n_observed`` leaves them out) until ``take_back_hist``."""
+        self._append_hist(seq, &last, 1)
+        self._append_hist(seq, forced, n)
+        (<TokenHistory> self._hists[seq]).n_lent += n + 1
+        return 0
+
+    cdef int take_back_hist(self, int seq) except -1:
+        """The history as it was before ``lend_hist``. A view taken meanwhile may show the
+        lent tokens: the history then continues in a new buffer, so that the view never
+        shows the tokens observed in their place."""
+        cdef TokenHistory th = <TokenHistory> self._hists[seq], fresh
+        cdef size_t n = th.v.size() - th.n_lent
+        th.n_lent = 0
+        if th.n_exports:
+            fresh = TokenHistory()
+            fresh.v.reserve(th.v.capacity())
+            fresh.v.assign(th.v.begin(), th.v.begin() + n)
+            self._hists[seq] = fresh
+        else:
+            th.v.resize(n)
+        return 0
+
+    cdef int n_observed(self, int seq) except -1:
+        """The tokens of ``seq``'s history that were observed: a drafter that indexes its
+        history while it proposes indexes these, not those lent for the call."""
+        self._grow(seq)
+        cdef TokenHistory th = <TokenHistory> self._hists[seq]
+        return th.v.size() - th.n_lent
 
     # --- C hooks: the controller calls these (the dispatch rule lives here) -------------
 

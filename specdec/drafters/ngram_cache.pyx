@@ -95,6 +95,7 @@ cdef class NgramCacheDrafter(Drafter):
         self.max_entries = max_entries
         self.cap = -1 if max_entries is None else max_entries
         self.update_dynamic = bool(update_dynamic)
+        self.drafts_past_forced = True     # counts observed tokens only (n_observed)
         self.static_path = static_path or None
         self.dynamic_path = dynamic_path or None
         if self.static_path is not None:
@@ -147,6 +148,12 @@ cdef class NgramCacheDrafter(Drafter):
         self._sync(seq)
         cdef vector[int32_t] * h = self.hist(seq)
         cdef int H = h.size()
+        if self.n_observed(seq) < H:
+            # the history ends in tokens lent for this call (a grammar's forced run: see
+            # ``Drafter.lend_hist``): they lead the lookup but are not counted
+            ngc_draft(h.data(), H, last, n_max, self.ngram_min, self.ngram_max,
+                      self.ctx[seq], self.dyn, self.sta, self.n_vocab, out.tokens)
+            return 0
         # the pending token is part of the context, as in llama-lookup
         if self.pend_pos[seq] == H and self.pend_tok[seq] != last:
             ngc_add_ending_at(self.ctx[seq], h.data(), H, self.pend_tok[seq],
@@ -164,7 +171,7 @@ cdef class NgramCacheDrafter(Drafter):
         """Count the newly observed tokens into the context cache; settle the pending
         token counted by propose (kept when it is what arrived, else taken back)."""
         cdef vector[int32_t] * h = self.hist(seq)
-        cdef int H = h.size(), pos, p = self.pend_pos[seq]
+        cdef int H = self.n_observed(seq), pos, p = self.pend_pos[seq]
         if p >= 0 and p < H:
             if h[0][p] == self.pend_tok[seq] and self.ctx_upto[seq] == p:
                 self.ctx_upto[seq] = p + 1

@@ -115,6 +115,7 @@ cdef class NgramMapDrafter(Drafter):
             raise ValueError(f"min_hits must be at least 1, got {min_hits}")
         self.n, self.m, self.min_hits, self.k4v = n, m, min_hits, bool(k4v)
         self.seqs = []
+        self.drafts_past_forced = True     # indexes observed tokens only (n_observed)
 
     cdef _MapSeq _seq(self, int seq):
         while len(self.seqs) <= seq:
@@ -149,7 +150,10 @@ cdef class NgramMapDrafter(Drafter):
         cdef int L = h.size(), n = self.n, m = self.m, i
         if L < 2 * n + m:      # llama.cpp's minimum history
             return 0
-        self._index(st, h, L - n - m - 1)
+        # the key ends the history, lent tokens included (a grammar's forced run: see
+        # ``Drafter.lend_hist``); only observed tokens are indexed, so every m-gram copied
+        # is one the target wrote or read
+        self._index(st, h, self.n_observed(seq) - n - m - 1)
         st.key.clear()
         for i in range(L - n + 1, L):
             st.key.push_back(h[0][i])
