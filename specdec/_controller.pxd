@@ -39,7 +39,8 @@ cdef class Controller:
     cdef _SeqCounters totals     # over every request since the controller began (``stats()``)
 
     cdef _Seq _seq(self, int seq)
-    cdef int _prefill_chunk(self, _Seq s, int budget) except -1
+    cdef int _prefill_chunks(self, list ss, int budget) except -1
+    cdef int _prompt_in(self, _Seq s, int row) except -1
     cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _pad(self, list batch_seqs) except -1
     cdef int _decode_verify(self, list group) except -1

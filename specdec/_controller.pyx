@@ -211,7 +211,7 @@ cdef class Controller:
             s.cnt.t_prompt = now() - t0
             self.totals.t_prompt += s.cnt.t_prompt
             while s.prefilling and not defer:
-                self._prefill_chunk(s, 0)
+                self._prefill_chunks([s], 0)
         except BaseException:
             self.leave(seq)
             raise
@@ -221,16 +221,34 @@ cdef class Controller:
         """Decode the next chunk (``n_batch`` tokens, or ``max_tokens``) of the prompt of a
         join with ``defer``; True once it is all in and the first token sampled. A failed
         decode ends the request (the slot is left) and raises."""
-        cdef _Seq s = self._seq(seq)
-        if not s.active:
-            raise RuntimeError(f"sequence {seq} has no request")
-        if s.prefilling:
+        return self.prefill_together([seq], max_tokens)[0]
+
+    def prefill_together(self, seqs, int max_tokens=0) -> list:
+        """``prefill`` of several deferred joins in one decode: the next chunks of their
+        prompts in order, together at most ``n_batch`` tokens (or ``max_tokens``), so that
+        prompt tails that arrive together cost one decode, not one each (a decode's fixed
+        cost is that of several rows). In exact mode only the first goes in (a prompt's rows
+        are decoded as when it runs alone). Returns, per sequence, whether its prompt is all
+        in and its first token sampled. A failed decode ends the requests it held (their
+        slots are left) and raises."""
+        cdef list ss = []
+        cdef _Seq s
+        for seq in seqs:
+            s = self._seq(seq)
+            if not s.active:
+                raise RuntimeError(f"sequence {seq} has no request")
+            ss.append(s)
+        cdef list todo = [s for s in ss if s.prefilling]
+        if self.exact:
+            todo = todo[:1]
+        if todo:
             try:
-                self._prefill_chunk(s, max_tokens)
+                self._prefill_chunks(todo, max_tokens)
             except BaseException:
-                self.leave(seq)
+                for s in todo:
+                    self.leave(s.id)
                 raise
-        return not s.prefilling
+        return [not s.prefilling for s in ss]
 
     def leave(self, int seq, *, bint keep=False):
         """End the request on ``seq`` (finished or not); its results stay readable until the
@@ -282,52 +300,78 @@ cdef class Controller:
         self.leave(seq)
         return self.prefix.restore(s, held)
 
-    cdef int _prefill_chunk(self, _Seq s, int budget) except -1:
-        """Decode the next chunk of the prompt; after the last one, sample the first token."""
+    cdef int _prefill_chunks(self, list ss, int budget) except -1:
+        """Decode the next chunks of the prompts of ``ss`` in one batch (in order, together at
+        most ``n_batch`` tokens or ``budget``); after a prompt's last chunk, sample its first
+        token. The prompt time is shared by rows."""
         cdef double t0 = now()
-        cdef int n = s.mem.prompt.size(), i0 = s.mem.n_filled, i
-        cdef int m = min(self.ctx.n_batch, n - i0)
+        cdef _Seq s
+        cdef int n, i0, i, m, row, total = 0, cap = self.ctx.n_batch
+        cdef bint grammar = False, pad = False
+        cdef vector[int] m_of, row_of
         if budget > 0:
-            m = min(m, budget)
-        if self.exact and n - i0 - m == 1 and m > 2:
-            m -= 1      # no 1-token chunk at the end
-        cdef Drafter d
+            cap = min(cap, budget)
         self.batch.clear_c()
-        for i in range(m):
-            self.batch.add_c(s.mem.prompt[i0 + i], i0 + i, s.id, i0 + i == n - 1)
-        # a one-token chunk (a one-token prompt): decode it with a throw-away second row,
-        # where the memory can drop it; a target rolled back by checkpoints cannot, and
+        for s in ss:
+            n = s.mem.prompt.size()
+            i0 = s.mem.n_filled
+            m = min(cap - total, n - i0)
+            if self.exact and n - i0 - m == 1 and m > 2:
+                m -= 1      # no 1-token chunk at the end
+            if m <= 0:
+                break
+            m_of.push_back(m)
+            row_of.push_back(self.batch.b.n_tokens)
+            for i in range(m):
+                self.batch.add_c(s.mem.prompt[i0 + i], i0 + i, s.id, i0 + i == n - 1)
+            # the last chunk's output row is the first a grammar masks
+            grammar = grammar or (i0 + m == n and sparse_rows([s]))
+            total += m
+        # a one-token chunk (a one-token prompt) alone: decode it with a throw-away second
+        # row, where the memory can drop it; a target rolled back by checkpoints cannot, and
         # decodes it alone (as every exact-mode run of that prompt does)
-        cdef bint pad = self.exact and m == 1 and self.rollback.drops_rows()
+        cdef _Seq s0 = <_Seq> ss[0]
+        if self.exact and total == 1 and self.rollback.drops_rows():
+            pad = True
+            self.batch.add_c(s0.mem.prompt[s0.mem.n_filled], s0.mem.n_filled + 1, s0.id, False)
+        self.ctx.decode_c(self.batch, grammar)
         if pad:
-            self.batch.add_c(s.mem.prompt[i0], i0 + 1, s.id, False)
-        # the last chunk's output row is the first a grammar masks
-        self.ctx.decode_c(self.batch, i0 + m == n and sparse_rows([s]))
-        if pad:
-            if not self.ctx.seq_rm_c(s.id, i0 + 1, -1):
+            if not self.ctx.seq_rm_c(s0.id, s0.mem.n_filled + 1, -1):
                 raise RuntimeError("could not drop the padding row")
-        for d in s.req.drafters:
-            d.observe_c(s.id, s.mem.prompt.data() + i0, m, 0)
-        s.mem.n_filled += m
-        if s.mem.n_filled == n:
-            s.mem.tokens.assign(s.mem.prompt.begin(), s.mem.prompt.end())
-            s.mem.n_past = n
-            s.mem.prompt.clear()
-            s.prefilling = False
-            self.prefix.save_window(s)
-            self.verifier.pen = s.req.pen
-            self.verifier.grammar = s.req.grammar
-            # prompt time, not the rounds': the verifier's laps of the round's clock (under a
-            # grammar) would count the time since the last round as verification
-            self.verifier.clock = NULL
-            try:
-                s.last = self.verifier.sample(m - 1, s.req.greedy, s.req.sp, s.req.rng)
-            finally:
-                self.verifier.clock = &self.clock
-            self._emit(s, s.last, m - 1)
-        t0 = now() - t0
-        s.cnt.t_prompt += t0
-        self.totals.t_prompt += t0
+        cdef Drafter d
+        cdef int j
+        for j in range(<int>m_of.size()):
+            s = <_Seq> ss[j]
+            m, row = m_of[j], row_of[j]
+            for d in s.req.drafters:
+                d.observe_c(s.id, s.mem.prompt.data() + s.mem.n_filled, m, row)
+            s.mem.n_filled += m
+            if s.mem.n_filled == <int>s.mem.prompt.size():
+                self._prompt_in(s, row + m - 1)
+        t0 = (now() - t0) / max(total, 1)
+        for j in range(<int>m_of.size()):
+            s = <_Seq> ss[j]
+            s.cnt.t_prompt += t0 * m_of[j]
+            self.totals.t_prompt += t0 * m_of[j]
+        return 0
+
+    cdef int _prompt_in(self, _Seq s, int row) except -1:
+        """``s``'s prompt is all in (its last token at batch ``row``): its first token."""
+        s.mem.tokens.assign(s.mem.prompt.begin(), s.mem.prompt.end())
+        s.mem.n_past = s.mem.prompt.size()
+        s.mem.prompt.clear()
+        s.prefilling = False
+        self.prefix.save_window(s)
+        self.verifier.pen = s.req.pen
+        self.verifier.grammar = s.req.grammar
+        # prompt time, not the rounds': the verifier's laps of the round's clock (under a
+        # grammar) would count the time since the last round as verification
+        self.verifier.clock = NULL
+        try:
+            s.last = self.verifier.sample(row, s.req.greedy, s.req.sp, s.req.rng)
+        finally:
+            self.verifier.clock = &self.clock
+        self._emit(s, s.last, row)
         return 0
 
     # --- the round --------------------------------------------------------------------

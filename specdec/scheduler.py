@@ -261,30 +261,38 @@ class Scheduler:
         prompt's first token once it is all in.
 
         Several short prompts (a prompt cache leaves a few tokens of each) go in between the
-        same two rounds: requests that arrive together then decode their first round together,
-        where one prompt per round ran the first rounds with 1, 2, 3 of 4 sequences and left
-        the tail as lopsided. A long prompt still takes one chunk at a time, so it does not
-        stall the streams already running."""
+        same two rounds, in one decode: requests that arrive together then decode their first
+        round together, where one prompt per round ran the first rounds with 1, 2, 3 of 4
+        sequences and left the tail as lopsided. A long prompt still takes one chunk at a
+        time, so it does not stall the streams already running."""
         budget = self.ctx.n_batch
         while self._prefilling and budget > 0:
-            slot = self._prefilling[0]
-            state = self.running[slot]
-            left = self.ctl.prompt_left(slot)
+            # the prompts that fit in what is left of the chunk go in with one decode (its
+            # fixed cost is several rows'); in exact mode one at a time, as each runs alone
+            slots: List[int] = []
+            left = 0
+            for slot in self._prefilling:
+                if left >= budget or (self.exact and slots):
+                    break
+                slots.append(slot)
+                left += self.ctl.prompt_left(slot)
             try:
-                done = self.ctl.prefill(slot, budget)
-            except BaseException as e:      # the controller has left the slot
-                self._prefilling.popleft()
-                del self.running[slot]
-                self._add("failed")
-                state.finish(exc=e)
+                done = self.ctl.prefill_together(slots, budget)
+            except BaseException as e:      # the controller has left their slots
+                for slot in slots:
+                    self._prefilling.remove(slot)
+                    state = self.running.pop(slot)
+                    self._add("failed")
+                    state.finish(exc=e)
                 if not isinstance(e, Exception):
                     raise
                 return
-            budget -= max(left - self.ctl.prompt_left(slot), 1)
-            if not done:
-                return
-            self._prefilling.popleft()
-            self._prefilled(slot, state)
+            budget -= max(left - sum(self.ctl.prompt_left(slot) for slot in slots), 1)
+            for slot, in_ in zip(slots, done):
+                if not in_:
+                    return
+                self._prefilling.popleft()
+                self._prefilled(slot, self.running[slot])
 
     def end(self, slot: int, state: _State, reason: Optional[str]) -> None:
         """The request on ``slot`` leaves: finished (``reason`` None: its KV stays for a later

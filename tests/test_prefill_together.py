@@ -1,6 +1,7 @@
 """Requests that arrive together start together: the Engine puts every short deferred
-prompt in between the same two rounds (up to one chunk of ``n_batch`` tokens), so their
-first round is shared; a long prompt still goes in a chunk at a time between rounds."""
+prompt in between the same two rounds (up to one chunk of ``n_batch`` tokens), with one
+decode, so their first round is shared; a long prompt still goes in a chunk at a time
+between rounds."""
 import random
 
 from specdec import Engine
@@ -43,9 +44,13 @@ def test_short_prompts_that_arrive_together_share_their_first_round(tiny_dense_p
     prompts = [_prompt(s, 12) for s in range(4)]
     with Engine(tiny_dense_path, n_slots=4, n_ctx=256, n_batch=64, prompt_cache_mib=0) as eng:
         seen = _record_rounds(eng)
+        n0 = eng.ctx.n_decodes
         res = _submit_together(eng, prompts, max_tokens=6)
+        decodes = eng.ctx.n_decodes - n0
     assert [r.tokens for r in res] == _alone(tiny_dense_path, prompts, max_tokens=6)
     assert seen[0] == 4 and set(seen) == {4}        # every round decoded all four
+    # the four prompts went in with one decode (a decode's fixed cost is several rows')
+    assert decodes == 1 + len(seen)
 
 
 def test_a_long_prompt_still_goes_in_a_chunk_at_a_time(tiny_dense_path):
@@ -54,8 +59,13 @@ def test_a_long_prompt_still_goes_in_a_chunk_at_a_time(tiny_dense_path):
     prompts = [_prompt(s, 6) for s in range(3)] + [_prompt(9, 40)]
     with Engine(tiny_dense_path, n_slots=4, n_ctx=256, n_batch=16, prompt_cache_mib=0) as eng:
         seen = _record_rounds(eng)
+        n0 = eng.ctx.n_decodes
         res = _submit_together(eng, prompts, max_tokens=8)
+        decodes = eng.ctx.n_decodes - n0
     assert [r.tokens for r in res] == _alone(tiny_dense_path, prompts, max_tokens=8)
     # the short prompts' 18 tokens: 16 in the first chunk (the third's last 2 wait), then
     # those 2 and 14 of the long prompt's 40, then 16, then 10
     assert seen[:4] == [2, 3, 3, 4] and set(seen[4:]) <= {4, 3, 2, 1}
+    # a decode per chunk, whatever the prompts in it (one per prompt: 3 + 2 + 1 + 1)
+    assert decodes == 4 + len(seen)
+
