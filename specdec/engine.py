@@ -31,6 +31,7 @@ import atexit
 import collections
 import logging
 import threading
+import time
 import weakref
 from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Literal, Mapping, Optional,
                     Sequence, Union, overload)
@@ -52,6 +53,33 @@ _log = logging.getLogger("specdec")
 
 class EngineClosed(RuntimeError):
     """The engine was closed: it takes no more requests."""
+
+
+#: how long an idle engine waits for the requests announced as on their way
+#: (``Engine.arriving``) before it starts the first round of those already queued (seconds)
+ARRIVAL_WAIT_S = 0.05
+
+
+class Arrival:
+    """A request on its way to an engine (``Engine.arriving``): its body is being read and
+    checked. ``done()`` (or leaving the ``with`` block) once it was submitted, or refused."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self._engine: Optional[Engine] = engine
+
+    def done(self) -> None:
+        """It was submitted (or will not be); harmless twice."""
+        eng, self._engine = self._engine, None
+        if eng is not None:
+            with eng._cv:
+                eng._arriving -= 1
+                eng._cv.notify()
+
+    def __enter__(self) -> "Arrival":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.done()
 
 
 #: engines whose worker may still run: closed at exit, before the interpreter tears down what
@@ -158,6 +186,7 @@ class Engine(Driver, CompletionMethods):
         self.n_ctx = n_ctx
         self._cv = threading.Condition()
         self._queue: Deque[_State] = collections.deque()
+        self._arriving = 0            # requests announced (``arriving``), not submitted yet
         self._closed = False
         self._free_in_loop = False    # close() was called on the worker (see close)
         self._worker = threading.Thread(target=self._loop, name="specdec-engine", daemon=True)
@@ -236,6 +265,18 @@ class Engine(Driver, CompletionMethods):
             prompt, max_tokens=max_tokens, sampling=sampling, stop=stop, drafter=drafter,
             n_max=n_max, logprobs=logprobs, timeout=timeout, stop_token_ids=stop_token_ids,
             **options))
+
+    def arriving(self) -> Arrival:
+        """Announce a request that is on its way (a server reading and checking its body,
+        compiling its schema): until its ``done()``, an idle engine holds the first round of
+        the requests already queued for it, up to ``ARRIVAL_WAIT_S``. Requests that arrive
+        together then start together: one after another, the first decoded its prompt and a
+        round alone and the others joined a round behind, so the wave ended with a round
+        of fewer sequences (an extra decode, a large part of a short speculative answer).
+        An engine with requests running never waits: they are not held up."""
+        with self._cv:
+            self._arriving += 1
+        return Arrival(self)
 
     # --- OpenAI-shaped (llama-cpp-python's names) ----------------------------------------
 
@@ -337,6 +378,17 @@ class Engine(Driver, CompletionMethods):
                         self._cv.wait()
                     if self._closed:
                         break
+                    if not core.running and self._arriving:
+                        # idle: the requests on their way start with these
+                        until = time.monotonic() + ARRIVAL_WAIT_S
+                        while (self._arriving and not self._closed
+                               and len(self._queue) < self.n_slots):
+                            left = until - time.monotonic()
+                            if left <= 0:
+                                break
+                            self._cv.wait(left)
+                        if self._closed:
+                            break
                     joining: List[_State] = []
                     while self._queue and len(core.running) + len(joining) < self.n_slots:
                         joining.append(self._queue.popleft())

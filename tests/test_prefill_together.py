@@ -69,3 +69,33 @@ def test_a_long_prompt_still_goes_in_a_chunk_at_a_time(tiny_dense_path):
     # a decode per chunk, whatever the prompts in it (one per prompt: 3 + 2 + 1 + 1)
     assert decodes == 4 + len(seen)
 
+
+def test_requests_on_their_way_start_with_the_first(tiny_dense_path, monkeypatch):
+    """Four requests announced together (a server reading their bodies), the first submitted
+    a while before the others: the idle engine waits for those on their way, and every
+    round decodes all four. Unannounced, the first ran a round alone and the others
+    joined a round behind."""
+    import time
+    import specdec.engine as engine_mod
+    monkeypatch.setattr(engine_mod, "ARRIVAL_WAIT_S", 30.0)   # longer than this test's waits
+    prompts = [_prompt(s, 12) for s in range(4)]
+    with Engine(tiny_dense_path, n_slots=4, n_ctx=256, n_batch=64, prompt_cache_mib=0) as eng:
+        seen = _record_rounds(eng)
+        arrivals = [eng.arriving() for _ in prompts]
+        handles = []
+        for i, (p, arrival) in enumerate(zip(prompts, arrivals)):
+            with arrival:
+                handles.append(eng.submit(p, max_tokens=6))
+            if i == 0:
+                time.sleep(0.3)         # the engine had the first to itself meanwhile
+        res = [h.result(120) for h in handles]
+        # an announcement that ends without a request does not hold the next one back
+        late = eng.arriving()
+        t0 = time.monotonic()
+        alone = eng.submit(prompts[0], max_tokens=2)
+        late.done()
+        alone.result(120)
+        waited = time.monotonic() - t0
+    assert [r.tokens for r in res] == _alone(tiny_dense_path, prompts, max_tokens=6)
+    assert seen[:5] == [4] * 5
+    assert waited < 20.0

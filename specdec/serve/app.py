@@ -139,14 +139,17 @@ class Server:
         return JSONResponse(self._model_card(name))
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, completion_spec(await self._body(request),
-                                                             self.models))
+        # announced to the engine from here: requests that arrive together start together
+        with self.backend.arriving() as arrival:
+            return await self._generate(request, completion_spec(await self._body(request),
+                                                                 self.models), arrival)
 
     async def chat(self, request: Request) -> Response:
-        body = await self._body(request)
-        if isinstance(body, dict):
-            check_messages(body.get("messages"))
-        return await self._generate(request, chat_spec(body, self.models))
+        with self.backend.arriving() as arrival:
+            body = await self._body(request)
+            if isinstance(body, dict):
+                check_messages(body.get("messages"))
+            return await self._generate(request, chat_spec(body, self.models), arrival)
 
     # --- generation -------------------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class Server:
             raise bad(str(e), spec.constraint_field if spec.constraint
                       else "specdec" if spec.options else None) from None
 
-    async def _generate(self, request: Request, spec: Spec) -> Response:
+    async def _generate(self, request: Request, spec: Spec, arrival: Any) -> Response:
         todo = await self.off_loop.run(self._requests, spec)
         arrived = time.monotonic()
         jobs: List[Job] = []
@@ -177,6 +180,8 @@ class Server:
             for job in jobs:
                 job.cancel()
             raise
+        finally:
+            arrival.done()            # submitted: the engine need not wait for it
         env = Envelope(spec.kind, spec.model)
         if spec.stream:
             return StreamingResponse(self._events(jobs, env, spec, arrived),

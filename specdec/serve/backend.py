@@ -72,6 +72,10 @@ class EngineBackend:
         if unknown:
             raise ValueError(f"unknown specdec options {unknown}; known: {list(self.OPTIONS)}")
 
+    def arriving(self) -> Any:
+        """A request on its way (``Engine.arriving``): ``done()`` once submitted."""
+        return self.engine.arriving()
+
     def submit(self, req: Request) -> Job:
         """Queue a request ``protocol.requests`` built (from the event loop)."""
         return Job(self, self.engine._stream(req))
