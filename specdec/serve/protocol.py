@@ -441,26 +441,29 @@ class Envelope:
                 "choices": choices, **extra}
 
 
-# logprobs: a token as (text, logprob, [(alt_text, alt_logprob), ...])
-TokenLP = Tuple[str, float, List[Tuple[str, float]]]
+# logprobs: a token as (its bytes, logprob, [(alt bytes, alt logprob), ...]); the bytes, not
+# their text: a token may hold part of a UTF-8 character (a byte-fallback token), whose text
+# alone is U+FFFD, while chat's ``bytes`` must let a client join the character back
+TokenLP = Tuple[bytes, float, List[Tuple[bytes, float]]]
 
 
 def token_logprobs(model: Model, tokens: List[int], lps: Optional[List[TokenLogprob]]
                    ) -> Optional[List[TokenLP]]:
-    """A result's per-token logprobs as (text, logprob, [(alt text, logprob)])."""
+    """A result's per-token logprobs as (bytes, logprob, [(alt bytes, logprob)])."""
     if lps is None:
         return None
-
-    def text(tok: int) -> str:
-        piece: str = model.token_to_piece(tok).decode("utf-8", "replace")
-        return piece
-    return [(text(t), lp.logprob, [(text(a), alp) for a, alp in lp.top])
+    piece = model.token_to_piece
+    return [(piece(t), lp.logprob, [(piece(a), alp) for a, alp in lp.top])
             for t, lp in zip(tokens, lps)]
 
 
+def _text(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
 def chat_logprobs(items: List[TokenLP]) -> Dict[str, Any]:
-    def one(text: str, lp: float) -> Dict[str, Any]:
-        return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
+    def one(piece: bytes, lp: float) -> Dict[str, Any]:
+        return {"token": _text(piece), "logprob": lp, "bytes": list(piece)}
     return {"content": [dict(one(t, lp), top_logprobs=[one(a, alp) for a, alp in top])
                         for t, lp, top in items]}
 
@@ -469,9 +472,11 @@ def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
     offsets = []
     for t, _, _ in items:
         offsets.append(offset)
-        offset += len(t)
-    return {"tokens": [t for t, _, _ in items], "token_logprobs": [lp for _, lp, _ in items],
-            "top_logprobs": [dict(top) for _, _, top in items], "text_offset": offsets}
+        offset += len(_text(t))
+    return {"tokens": [_text(t) for t, _, _ in items],
+            "token_logprobs": [lp for _, lp, _ in items],
+            "top_logprobs": [{_text(a): alp for a, alp in top} for _, _, top in items],
+            "text_offset": offsets}
 
 
 def full_response(env: Envelope, results: Sequence[GenerationResult],
