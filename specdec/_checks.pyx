@@ -17,7 +17,9 @@ Decoder and Engine join and step requests themselves and need none of it.
 
 ``DrivenPolicy`` is a :class:`DraftPolicy` whose round steps tests call from Python;
 ``HeldPolicy`` one that holds every round plain (its cap 0), as the adaptive policy holds
-its plain rounds and the batch's floor the rounds where drafting does not pay.
+its plain rounds and the batch's floor the rounds where drafting does not pay;
+``UnpaidPolicy`` one whose nearly free drafter never pays and was right before, so that its
+rounds' caps depend on no measured time.
 
 ``sparse_head(n)`` sets how few tokens a grammar's row must allow to get only their logits
 (``_verify.SPARSE_HEAD``; 0: every row whole, masked after), for the tests' and the
@@ -29,6 +31,10 @@ value it replaced.
 ``row_floor(on)`` sets whether a row's price in a batch is the confidence floor of the
 drafters that know their draft's probability (``_round_budget.row_floor``), or only the
 policy's is; it returns the value it replaced.
+
+``shared_request_probe(on)`` sets whether a new request restarts its policy's probe
+schedule for every sequence sharing it (the old behaviour) instead of probing its own
+sequence alone (``_round_budget.wanted``); it returns the value it replaced.
 
 ``steady_rows(mode)`` sets whether controllers built after it hold a lone sequence's verify
 rows to one shape (``_steady_rows``: 1 always, 0 never, -1 where the target is on a CUDA
@@ -47,7 +53,7 @@ from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
 from ._verify cimport Verifier, set_sparse_head, set_lockstep
 from ._steady_rows cimport set_steady
-from ._round_budget cimport set_row_floor
+from ._round_budget cimport set_row_floor, set_shared_request_probe
 
 
 def sparse_head(int n):
@@ -65,6 +71,12 @@ def lockstep(bint on):
 def row_floor(bint on):
     """Set ``_round_budget.ROW_FLOOR`` to ``on`` (see the module's docstring); the old value."""
     return set_row_floor(on)
+
+
+def shared_request_probe(bint on):
+    """Set ``_round_budget.SHARED_REQUEST_PROBE`` to ``on`` (see the module's docstring); the
+    old value."""
+    return set_shared_request_probe(on)
 
 
 def steady_rows(int mode):
@@ -220,6 +232,29 @@ cdef class HeldPolicy(DraftPolicy):
     cdef int cap(self, long round_id=-1) noexcept:
         self.last_cap = 0
         return 0
+
+
+cdef class UnpaidPolicy(DraftPolicy):
+    """UnpaidPolicy(n_max)
+--
+
+    An adaptive policy whose drafter, nearly free and right before, never pays, whatever is
+    measured: each new request is owed a probe of its own (``probes_new_requests``), and its
+    own schedule probes nothing for 1000 rounds (unless restarted: the old behaviour of
+    ``shared_request_probe``). The caps of its rounds depend on no time."""
+
+    def __init__(self, int n_max):
+        super().__init__(n_max, True)
+        self.n_alpha[1] = self.s_alpha[1] = 4.0     # right before
+        self.n_drafts_seen = 8
+        self.probe_gap = 1000
+
+    cdef int _best_cap(self, double * gain) noexcept:
+        gain[0] = 0.5
+        return 0
+
+    cdef bint _drafting_nearly_free(self) noexcept:
+        return True
 
 
 cdef class DrivenPolicy(DraftPolicy):

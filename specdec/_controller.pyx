@@ -35,7 +35,7 @@ from libcpp.vector cimport vector
 
 from ._core cimport Model, Context, Batch
 from ._policy cimport DraftPolicy, BatchCost
-from ._round_budget cimport draft_caps, draft_lengths
+from ._round_budget cimport wanted, observed, draft_caps, draft_lengths
 from ._timing cimport now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport RUNNING, CTX_FULL
 from ._verify cimport Verifier, sparse_rows
@@ -400,9 +400,7 @@ cdef class Controller:
             if s.mem.n_past >= self.n_ctx_seq:
                 s.req.out.set_finish(CTX_FULL)
                 continue
-            if s.cnt.rounds == 0:
-                s.req.policy.begin_request()
-            s.k_want = s.req.policy.cap(_round_serial)
+            wanted(s, _round_serial)
             room = self.rollback.cap_drafts(min(s.req.out.max_tokens - s.req.out.n_tokens,
                                                 self.n_ctx_seq - s.mem.n_past - 1,
                                                 self.max_rows - rows - 1))
@@ -630,6 +628,7 @@ cdef class Controller:
         if s.kind == FILLER or s.kind == FORCED:     # no drafter's proposal
             return 0
         s.req.acc.observe(k, a)
+        observed(s, k, a)
         s.req.policy.observe(k, a, s.t_v)
         s.req.policy.observe_round(s.pred_e, s.pred_t, tokens, s.t_asked + s.t_v, s.t_caught)
         return 0

@@ -52,7 +52,8 @@ cdef class DraftPolicy:
     cdef double _token_rate(self, int k) noexcept
     cdef int _best_cap(self, double * gain) noexcept
     cdef int _probe_cap(self) noexcept
-    cpdef void begin_request(self)
+    cpdef bint probes_new_requests(self)
+    cpdef void restart_probes(self)
     cdef int cap(self, long round_id=*) noexcept
     cdef int _decide_cap(self) noexcept
     cdef int choose(self, int proposed, double t_drafted) noexcept

@@ -59,8 +59,8 @@ a free drafter's empty answer (an n-gram drafter that found no match) is no prob
 next round asks again; a probe whose drafts were all accepted, at a cap that would then
 pay, is followed by another at once (one probe cannot outweigh the ~50 rounds the
 acceptance estimates remember; a run of them can); and each request of a nearly free
-drafter that was right within that memory begins with a probe on the shortest gap: a new
-text may be one the drafter knows.
+drafter that was right within that memory begins with a probe of its own sequence (the
+controller's, ``probes_new_requests``): a new text may be one the drafter knows.
 
 Past ``LINE_FROM`` drafts the verify time is priced by a line ``tv(k) = (a + b k) tv(0)``,
 fitted (decayed least squares, in plain rounds so the load cancels out) to the verifies of
@@ -332,17 +332,26 @@ cdef class DraftPolicy:
                 best = c
         return best
 
-    cpdef void begin_request(self):
-        """A request begins: its text may be one the drafter knows, whatever the last ones
-        taught the policy, so a nearly free drafter (n-gram, suffix) that does not pay is
-        probed now, and then on the shortest gap (the gap grown over earlier requests could
-        outlast this one). A costly one keeps its gap: its first draft in a request would
-        first catch up on the whole prompt (an MTP head decodes every row it missed). So does
-        one none of whose drafts the acceptance estimates remember accepted (~50 verified
-        drafts): its probes would only cost, five a request of 256 tokens (5% of plain
-        decoding on a target rolled back by checkpoints, where a missed draft is decoded
-        again)."""
-        if self.adaptive and self._drafting_nearly_free() and self.s_alpha[1] >= RIGHT_BEFORE:
+    cpdef bint probes_new_requests(self):
+        """Whether a request that begins now begins with a probe of its own: a new text may be
+        one the drafter knows, whatever the last ones taught the policy, so a nearly free
+        drafter (n-gram, suffix) that does not pay drafts its whole cap for the new request
+        (and again while such probes are all accepted: ``_round_budget.wanted``). Only that
+        request's sequence probes: the policy's schedule, which every sequence sharing it
+        follows, is left as it is (restarting it made all the sequences of an Engine's round
+        probe each time one request joined: at 4 slots, a whole-cap verify of four sequences
+        per request). A costly drafter gets none: its first draft in a request would first
+        catch up on the whole prompt (an MTP head decodes every row it missed). Nor does one
+        none of whose drafts the acceptance estimates remember accepted (~50 verified drafts):
+        its probes would only cost (5% of plain decoding on a target rolled back by
+        checkpoints, where a missed draft is decoded again)."""
+        return self.adaptive and self._drafting_nearly_free() and self.s_alpha[1] >= RIGHT_BEFORE
+
+    cpdef void restart_probes(self):
+        """What a request's beginning did before requests probed on their own: the schedule of
+        every sequence sharing the policy probes now, then on the shortest gap (where
+        ``probes_new_requests``). For comparison only (``_checks.shared_request_probe``)."""
+        if self.probes_new_requests():
             self.probe_gap = PROBE_EVERY
             self.last_probe = 0
 

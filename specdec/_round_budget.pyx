@@ -3,6 +3,13 @@
 """The draft lengths of a round: each sequence's own draft-length policy, then the batch's
 draft budget (``_batch_budget``), twice a round.
 
+Each sequence first wants what its policy's cap says (``wanted``); a request of a nearly free
+drafter that was right before begins with a probe of its own while its policy drafts nothing
+(``DraftPolicy.probes_new_requests``): its sequence alone drafts its whole cap and verifies
+it, and probes again while such probes are all accepted. The policy's schedule, which every
+sequence sharing it follows, stays as it is: restarting it for each new request made every
+sequence of an Engine's round probe whenever one request joined.
+
 Before drafting, ``draft_caps`` gives each sequence the cap and confidence floor its
 drafters are asked for; after drafting, ``draft_lengths`` the drafts it verifies. The budget
 applies to several sequences under the adaptive policy once verify batches were measured:
@@ -26,6 +33,7 @@ tokens): such rows do not pay there.
 from libcpp.vector cimport vector
 
 from ._batch_budget cimport allocate
+from ._policy cimport DraftPolicy
 from ._seq cimport _Seq, NO_DRAFT
 
 
@@ -43,6 +51,53 @@ cdef bint set_row_floor(bint on) noexcept:
     cdef bint old = ROW_FLOOR
     ROW_FLOOR = on
     return old
+
+
+# a new request restarts its policy's probe schedule, for every sequence sharing it, instead
+# of probing on its own (``_checks.shared_request_probe``: the old behaviour, for comparison)
+cdef bint SHARED_REQUEST_PROBE = False
+
+
+cdef bint set_shared_request_probe(bint on) noexcept:
+    """Set ``SHARED_REQUEST_PROBE``; returns the value it had."""
+    global SHARED_REQUEST_PROBE
+    cdef bint old = SHARED_REQUEST_PROBE
+    SHARED_REQUEST_PROBE = on
+    return old
+
+
+cdef int wanted(_Seq s, long round_id) except -1:
+    """The drafts ``s`` wants this round (``k_want``): its policy's cap for the round
+    ``round_id``, or, where that is 0 and its request is owed a probe of its own, the
+    policy's ``n_max`` (``s.probe``). A request is owed one from its first round where its
+    policy ``probes_new_requests``, and again after a probe whose drafts were all accepted
+    (``observed``); one that verified a draft is owed none, and a probe that drafted nothing
+    was none."""
+    cdef DraftPolicy pol = s.req.policy
+    if s.cnt.rounds == 0:
+        if SHARED_REQUEST_PROBE:
+            pol.restart_probes()
+        else:
+            s.req.probe_owed = pol.probes_new_requests()
+    s.k_want = pol.cap(round_id)
+    s.probe = s.k_want == 0 and s.req.probe_owed
+    if s.probe:
+        s.k_want = pol.n_max
+    return 0
+
+
+cdef void observed(_Seq s, int k, int a) noexcept:
+    """``s`` verified ``k`` drafts and accepted ``a``: whether its request is owed another
+    probe (one whose every draft was accepted may have found a text the drafter knows: one
+    probe cannot outweigh the rounds its policy's estimates remember, a run of them can)."""
+    if k > 0:
+        s.req.probe_owed = s.probe and a == k
+
+
+cdef inline bint _measures(_Seq s) noexcept:
+    """A round in which ``s`` verifies what it asked for, as the budget leaves it: its
+    policy explores or probes, or its request probes on its own. Such a round measures."""
+    return s.probe or s.req.policy.exploring or s.req.policy.probing
 
 
 cdef inline bint _cost_line(BatchCost batch_cost, int n_in, double * a, double * b) noexcept:
@@ -84,8 +139,7 @@ cdef int draft_caps(BatchCost batch_cost, list seqs) except -1:
         s.p_stop = s.req.policy.p_stop() if s.k_cap > 0 and not s.batch_len else 0.0
         # (a round its policy explores or probes in verifies what it asked for, as the
         # budget leaves it: it measures)
-        if (s.k_cap > 0 and not s.batch_len and s.req.policy.adaptive
-                and not (s.req.policy.exploring or s.req.policy.probing)):
+        if s.k_cap > 0 and not s.batch_len and s.req.policy.adaptive and not _measures(s):
             s.p_stop = max(s.p_stop, p_row)
     return 0
 
@@ -100,8 +154,8 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
         # for good: the longer the pause, the dearer the next draft would look)
         if s.k_cap == s.k_want:
             s.req.policy.observe_draft_time(s.k_cap, s.t_asked)
-        if s.batch_len:     # the batch's measured length: all of it is verified
-            s.k = s.draft.tokens.size()
+        if s.batch_len or s.probe:    # the batch's measured length, a request's own probe:
+            s.k = s.draft.tokens.size()     # all of it is verified
             continue
         # (a round whose cap was 0 drafted forced tokens only: to its policy, a plain round)
         s.k = s.req.policy.choose(s.draft.tokens.size() if s.k_cap > 0 else 0, s.t_asked)
@@ -109,8 +163,10 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
     _budget(batch_cost, seqs, True, t_drafted)
     for s in seqs:
         s.pred_e = s.req.policy.predicted_tokens
-        # no drafter asked, or the batch's length (no prediction of the policy): no sample
-        s.pred_t = s.req.policy.predicted_time if s.k_cap > 0 and not s.batch_len else 0.0
+        # no drafter asked, the batch's length or a request's own probe (no prediction of the
+        # policy): no sample
+        s.pred_t = (s.req.policy.predicted_time if s.k_cap > 0 and not s.batch_len
+                    and not s.probe else 0.0)
         if s.k < <int>s.draft.tokens.size():
             s.draft.tokens.resize(s.k)
             if s.k == 0:
@@ -145,7 +201,7 @@ cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted
             tokens += s.req.acc.gain(k)
             time += b * k
             continue
-        if s.req.policy.adaptive and not (s.req.policy.exploring or s.req.policy.probing):
+        if s.req.policy.adaptive and not _measures(s):
             free.append(s)
             k_max.push_back(k)
             cost.push_back(b if drafted else b + s.req.policy._draft_time(k) / k)

@@ -48,6 +48,8 @@ cdef class _SeqRequest:
     cdef int n_min
     cdef DraftPolicy policy
     cdef Acceptance acc          # this request's own acceptance (the batch budget weighs it)
+    cdef bint probe_owed         # its sequence is due a probe of its own while its policy
+                                 # drafts nothing (``_round_budget.wanted``)
     cdef bint reuse              # joined with prefix reuse
 
 
@@ -86,6 +88,8 @@ cdef class _Seq:
                                  # (its proposal follows them; ``_propose``)
     cdef int row0                # batch index of ``last`` in the current verify batch (-1: none)
     cdef int k_want, k_cap       # drafts the policy wants, and the cap asked for
+    cdef bint probe              # this round is its request's own probe: it verifies what it
+                                 # drafted, as its policy's probes do
     cdef int k_lim               # the round's limits on drafts (tokens left, context, rows)
     cdef bint batch_len          # the cap is the batch's measured length (``_batch_length``):
                                  # every draft is verified, the policy does not cut it

@@ -192,23 +192,31 @@ def test_policy_times_follow_the_load_of_plain_rounds():
 
 
 
-def _rpc_like_text(pol, rounds, p_match, p_accept, seen, rng):
+def _rpc_like_text(pol, rounds, p_match, p_accept, seen, rng, owed=False):
     """``rounds`` rounds of a free n-gram-like drafter: it finds a match (a draft of the whole
     cap) in a ``p_match`` share of the rounds, each of its tokens right with ``p_accept``.
     A decode of R rows costs t(R) = 25 ms + 6 ms R (over llama.cpp's RPC backend: round trips
     make a large fixed part) plus 60 ms the first time R is decoded (the backend's one-off
-    set-up of a new batch shape). Returns the tokens per second of the rounds."""
+    set-up of a new batch shape). ``owed``: the rounds are a new request's, owed a probe of
+    its own as the controller gives it (``_round_budget.wanted``: while the policy's cap is 0,
+    the whole ``n_max`` asked and verified; again after a probe all accepted). Returns the
+    tokens per second of the rounds."""
     tokens = t = 0.0
     for _ in range(rounds):
         c = pol._py_cap()
+        probe = owed and c == 0
+        if probe:
+            c = pol.n_max
         proposed = c if c and rng.random() < p_match else 0
-        k = pol._py_choose(proposed, 0.0) if c else 0
+        k = (proposed if probe else pol._py_choose(proposed, 0.0)) if c else 0
         a = 0
         while a < k and rng.random() < p_accept:
             a += 1
         tv = 0.025 + 0.006 * (k + 1) + (0.060 if k + 1 not in seen else 0.0)
         seen.add(k + 1)
         pol._py_observe(k, a, tv, 0.0)
+        if k > 0:
+            owed = probe and a == k
         tokens += a + 1
         t += tv
     return tokens / t
@@ -220,31 +228,32 @@ def test_policy_drafts_again_when_the_text_turns_to_one_the_drafter_knows(p_matc
     """A policy kept across requests (a Decoder's) learnt on code that its n-gram drafter does
     not pay (few matches, half of them wrong); the next request repeats a passage, where 8
     drafts a round, all accepted, pay 2.6x plain. Probes must find that within the request:
-    a request starts with a probe, a probe that found no match is no probe, one whose every
-    draft was accepted is followed by another, and the first decode of each length (a
-    one-off set-up) is no cost sample."""
+    a request of a drafter that was right before begins with a probe of its own, a probe that
+    found no match is no probe, one whose every draft was accepted is followed by another, and
+    the first decode of each length (a one-off set-up) is no cost sample."""
     import random
     rng, seen = random.Random(seed), set()
     pol = DraftPolicy(8, True)
     _rpc_like_text(pol, 256, p_match, p_accept, seen, rng)
-    pol.begin_request()
-    rate = _rpc_like_text(pol, 128, 1.0, 1.0, seen, rng)
+    assert pol.probes_new_requests()
+    rate = _rpc_like_text(pol, 128, 1.0, 1.0, seen, rng, owed=True)
     best = 9 / (0.025 + 0.006 * 9)
     assert rate > 0.85 * best, (rate, best, pol.state())
 
 
 def test_policy_does_not_probe_each_request_for_a_drafter_never_right():
-    """A free drafter none of whose drafts were accepted keeps the probe gap it grew over
-    earlier requests: probing it afresh each request (at 16, 32, 64, 128 rounds) would cost
-    five failed verifies a request of 256 tokens (5% of plain decoding on mamba2, whose
-    rollback decodes again). A drafter that was right keeps its fresh start (the test above)."""
+    """A free drafter none of whose drafts were accepted gets no probe of its own for each
+    new request, and keeps the probe gap it grew over earlier requests: probing it afresh each
+    request (at 16, 32, 64, 128 rounds) would cost five failed verifies a request of 256
+    tokens (5% of plain decoding on mamba2, whose rollback decodes again). A drafter that was
+    right keeps its fresh start (the test above)."""
     import random
     rng, seen = random.Random(0), set()
     pol = DraftPolicy(4, True)
     _rpc_like_text(pol, 512, 1.0, 0.0, seen, rng)
     probes = []
     for _ in range(3):
-        pol.begin_request()
+        assert not pol.probes_new_requests()
         drafted = 0
         for _ in range(256):
             c = pol._py_cap()
