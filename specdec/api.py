@@ -214,10 +214,10 @@ class Decoder(Driver, CompletionMethods):
         if self._lock.acquire(blocking=False):
             return
         # a stream this thread left unfinished (abandoned, or cut by Ctrl-C between pieces)
-        # is closed by the thread's next call; another thread's stream is never touched
+        # is closed by the thread's next call; another thread's stream, or one in the middle
+        # of a piece (the call comes from a drafter within its round), is never touched
         st = self._stream() if self._stream is not None else None
-        if st is not None and st._owner == threading.get_ident() and st.result is None:
-            st.close()
+        if st is not None and st._owner == threading.get_ident() and st._close_idle():
             if self._lock.acquire(blocking=False):
                 return
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
@@ -374,7 +374,10 @@ class Stream:
         self._decoder = decoder
         self._core = decoder._core
         self._s = state
+        # the thread that last read it (whose next call on the decoder closes it if left)
         self._owner = threading.get_ident()
+        # held while a piece is read: the round runs in it, so nothing may end the request then
+        self._reading = threading.Lock()
         self.result: Optional[GenerationResult] = None
 
     def __iter__(self) -> "Stream":
@@ -397,14 +400,37 @@ class Stream:
             finally:
                 self._decoder._lock.release()
 
+    def _close_idle(self) -> bool:
+        """Close the stream unless a piece is being read (False then); True once it is over."""
+        if not self._reading.acquire(blocking=False):
+            return False
+        try:
+            self._release()
+        finally:
+            self._reading.release()
+        return True
+
     def next_piece(self) -> Piece:
         """The next :class:`Piece` (text with its token ids and logprobs); StopIteration at
-        the end."""
+        the end. One thread reads a stream at a time: a second one gets ContextBusyError."""
+        if not self._reading.acquire(blocking=False):
+            raise ContextBusyError("this stream is being read by another thread (or by a "
+                                   "drafter within its own round)")
+        try:
+            self._owner = threading.get_ident()
+            return self._next_piece()
+        finally:
+            self._reading.release()
+
+    def _next_piece(self) -> Piece:
         if self.result is not None:
             raise StopIteration
         pieces = self._s.pieces
         try:
             while pieces.empty():
+                if self._s.cancelled:     # closed while a piece was being read
+                    self._release()
+                    raise StopIteration
                 self._core.round()
         except BaseException:
             self._release()
@@ -437,8 +463,10 @@ class Stream:
     def close(self) -> None:
         """Stop early (``result.finish_reason`` is then ``"cancelled"``); the decoder is free
         again. A new call on the decoder from this thread closes an unfinished stream too
-        (after a Ctrl-C, say)."""
-        self._release()
+        (after a Ctrl-C, say). Closed while another thread (or a drafter in its round) reads
+        a piece, it ends after that round."""
+        if not self._close_idle():
+            self._s.cancel()
 
     def __del__(self) -> None:
         if self.result is None and self._decoder._lock.locked():

@@ -54,6 +54,29 @@ def test_decoder_called_from_its_drafter_is_busy(tiny_dense, action):
         assert dec.generate([1, 2, 3], max_tokens=4).finish_reason == "length"
 
 
+@pytest.mark.parametrize("action", [lambda dec: dec.generate([1], max_tokens=2),
+                                    lambda dec: dec.close()], ids=["generate", "close"])
+def test_decoder_called_from_its_drafter_in_a_stream_is_busy(tiny_dense, action):
+    """The stream's own thread calling the decoder closed the unfinished stream under the
+    round: a KeyError from the round (generate), or the context freed (close)."""
+    d = CallsBack(action)
+    with specdec.Decoder(tiny_dense, drafter=d, n_ctx=64) as dec:
+        d.owner = dec
+        with pytest.raises(DrafterError, match="ContextBusyError"):
+            list(dec.stream([1, 2, 3], max_tokens=6))
+        assert dec.generate([1, 2, 3], max_tokens=4).finish_reason == "length"
+
+
+def test_a_stream_closed_by_its_drafter_ends_after_the_round(tiny_dense):
+    d = CallsBack(lambda stream: stream.close())
+    with specdec.Decoder(tiny_dense, drafter=d, n_ctx=64) as dec:
+        stream = dec.stream([1, 2, 3], max_tokens=20)
+        d.owner = stream
+        list(stream)
+        assert stream.result.finish_reason == "cancelled" and len(stream.result.tokens) < 20
+        assert dec.generate([1, 2, 3], max_tokens=4).finish_reason == "length"
+
+
 def test_engine_request_waited_on_by_its_drafter_times_out(tiny_dense):
     d = CallsBack(lambda engine: engine.submit([1], max_tokens=1).result(timeout=0.2))
     with specdec.Engine(tiny_dense, drafters={"x": d}, n_slots=2, n_ctx=64) as engine:
