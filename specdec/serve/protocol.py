@@ -248,6 +248,9 @@ def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, Mapping):
         raise bad("'stream_options' must be an object", "stream_options")
+    if so is not None and not stream:
+        # as OpenAI and vLLM answer it: options of a stream that is not asked for
+        raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
     n = _int(body, "n", 1, MAX_N)
     con_field, con = _constraint(body)
     return dict(kind=kind, model=model, stream=stream, n=1 if n is None else n,
