@@ -179,7 +179,12 @@ async def engine_acall(eng: Any, kind: str, body: Dict[str, Any], chat_template:
     from .serve.protocol import Chunks as ChunkWriter, token_logprobs
     spec, todo, env = prepare(kind, body, eng, chat_template, True)
     if not spec.stream:
-        results = await asyncio.gather(*(eng._wait(eng._enqueue(r)) for r in todo))
+        states = [eng._enqueue(r) for r in todo]
+        try:
+            results = await asyncio.gather(*(eng._wait(st) for st in states))
+        finally:
+            for st in states:          # one choice failed (or the caller was cancelled):
+                st.cancel()            # the others stop too; a finished one is not touched
         return _whole(env, spec, eng.model, list(results))
     streams = [eng._stream(r) for r in todo]
 
