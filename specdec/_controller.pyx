@@ -2,8 +2,9 @@
 # distutils: language = c++
 """The speculative controller: draft -> verify -> accept -> rollback -> notify.
 
-Long because it is one cdef class, the round and its joins and leaves (just over 600 lines),
-which Cython cannot split across files; what is not the round's own lives apart (_seq,
+Long because it is one cdef class, the round and its joins and leaves (about 690 lines: the
+prompts that join together go in with one decode, ``prefill_together``), which Cython cannot
+split across files; what is not the round's own lives apart (_seq,
 _propose, _round_budget, _rollback, _ubatch_split, _steady_rows, _prefix_reuse).
 
 One loop for every drafter, and for plain decoding (no drafter: every round

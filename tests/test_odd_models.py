@@ -55,3 +55,10 @@ def test_layerskip_keeps_a_vocabulary_as_long_as_the_block_count(model_file, tmp
     with specdec.Decoder(target, drafter=f"draft:{out}", n_max=2, n_ctx=32) as dec:
         res = dec.generate([1, 0, 1], max_tokens=8)
     assert res.stats.drafted > 0 and len(res.tokens) == 8
+
+
+def test_layerskip_of_a_one_layer_target_says_it_needs_two(tmp_path):
+    from specdec.testing.tiny import LlamaDims, write_tiny_dense
+    path = write_tiny_dense(tmp_path / "one-layer.gguf", dims=LlamaDims(n_layer=1))
+    with pytest.raises(ValueError, match="has 1 layer; .* needs 2 or more"):
+        derive_layerskip_gguf(path, 1, tmp_path / "draft.gguf")

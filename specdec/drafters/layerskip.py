@@ -42,6 +42,9 @@ def derive_layerskip_gguf(src: str | os.PathLike[str], n_layers: int,
     n_block = int(reader.fields[f"{arch}.block_count"].contents())
     nextn = reader.fields.get(f"{arch}.nextn_predict_layers")
     n_trunk = n_block - (int(nextn.contents()) if nextn else 0)
+    if n_trunk < 2:
+        raise ValueError(f"layerskip:{n_layers}: the target has {n_trunk} layer; a layer-skip "
+                         "draft keeps fewer layers than the target, so it needs 2 or more")
     if not 1 <= n_layers < n_trunk:
         raise ValueError(f"layerskip:{n_layers}: the target has {n_trunk} layers; keep 1..{n_trunk - 1}")
     out.parent.mkdir(parents=True, exist_ok=True)
