@@ -44,3 +44,11 @@ def test_completion_logprobs_of_partial_characters(dec):
     assert r["choices"][0]["text"] == TEXT
     assert len(lp["tokens"]) == len(TEXT.encode()) == len(lp["text_offset"])
     assert all(t == "\ufffd" for t in lp["tokens"])     # no token is a character of its own
+    # each token's offset is where the character that holds its first byte begins
+    assert lp["text_offset"] == [0, 0, 1, 1, 1]
+    for stream_offsets in ([o for c in dec.create_completion("hi", guided_regex=TEXT, logprobs=1,
+                                                             max_tokens=16, stream=True)
+                            if c["choices"] and c["choices"][0]["logprobs"]
+                            for o in c["choices"][0]["logprobs"]["text_offset"]],):
+        assert stream_offsets == sorted(stream_offsets)
+        assert all(0 <= o <= len(TEXT) for o in stream_offsets)

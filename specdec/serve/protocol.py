@@ -472,10 +472,18 @@ def chat_logprobs(items: List[TokenLP]) -> Dict[str, Any]:
 
 
 def completion_logprobs(items: List[TokenLP], offset: int) -> Dict[str, Any]:
+    # ``text_offset``: where in the text the character holding a token's first byte begins.
+    # A token may hold part of a character (a byte-fallback token): its text alone is U+FFFD,
+    # so counting that text moved the offsets past the end of the text. ``offset`` is the
+    # text before ``items``, so a character begun before them (a stream's held-back part)
+    # begins there.
     offsets = []
+    start = offset                     # where the last character begun so far begins
     for t, _, _ in items:
-        offsets.append(offset)
-        offset += len(_text(t))
+        offsets.append(start if t and t[0] & 0xC0 == 0x80 else offset)
+        for b in t:
+            if b & 0xC0 != 0x80:       # not a UTF-8 continuation byte: a character begins
+                start, offset = offset, offset + 1
     return {"tokens": [_text(t) for t, _, _ in items],
             "token_logprobs": [lp for _, lp, _ in items],
             "top_logprobs": [{_text(a): alp for a, alp in top} for _, _, top in items],
