@@ -299,6 +299,8 @@ def test_not_a_dflash_file_or_target(target, draft, tiny_mamba2_path, model_file
         Decoder(tiny_mamba2_path, drafter=f"dflash:{draft(0.9)}", n_max=3, n_ctx=256)
     with pytest.raises(ValueError, match="dflash:PATH"):
         DFlashDrafter()
+    with pytest.raises(ValueError, match="is a DFlash draft.*load it as dflash:PATH"):
+        Decoder(target, drafter=f"draft:{draft(0.9)}", n_max=3, n_ctx=256)
     with pytest.raises(ValueError, match="constant dim 0"):     # the writer's own check
         write_dflash_draft(tmp_path / "x.gguf", model_file("bigram-qwen35-n0.0.gguf",
                                                            lambda p: write_bigram_mtp_model(p)))

@@ -283,6 +283,9 @@ def test_not_an_eagle3_file_or_target(target, draft, tiny_mamba2_path):
         Decoder(tiny_mamba2_path, drafter=f"eagle3:{draft(0.9)}", n_max=3, n_ctx=256)
     with pytest.raises(ValueError, match="eagle3:PATH"):
         Eagle3Drafter()
+    # given as a plain draft model, it says which drafter reads it
+    with pytest.raises(ValueError, match="is an EAGLE-3 draft.*load it as eagle3:PATH"):
+        Decoder(target, drafter=f"draft:{draft(0.9)}", n_max=3, n_ctx=256)
 
 
 def test_hooks_need_binding(draft):

@@ -30,6 +30,12 @@ from .translate import translation
 
 import os
 
+from .._archs import BLOCK_DRAFT_ARCHS, LAYER_DRAFT_ARCHS
+
+#: draft architectures fed by the target (no tokens alone): what they are, and their drafter
+_FED_DRAFTS = {**{a: ("an EAGLE-3", "eagle3") for a in LAYER_DRAFT_ARCHS},
+               **{a: ("a DFlash", "dflash") for a in BLOCK_DRAFT_ARCHS}}
+
 
 cdef class DraftModelDrafter(Drafter):
     """DraftModelDrafter(path=None, *, p_min=None, n_threads=None, n_gpu_layers=None, name="draft")
@@ -96,6 +102,11 @@ cdef class DraftModelDrafter(Drafter):
         if self._source is None:
             raise ValueError("no draft model to load")
         self.draft_model = self.own_model(self._source, target.model)
+        kind = _FED_DRAFTS.get(self.draft_model.arch)
+        if kind is not None:
+            raise ValueError(f"{os.path.basename(self.draft_model.path)!r} is {kind[0]} draft, "
+                             f"which reads the target's hidden states: load it as {kind[1]}:PATH, "
+                             f"not draft:PATH")
         if self.draft_model.is_recurrent or self.draft_model.is_hybrid:
             raise ValueError("recurrent/hybrid draft models are not supported: their state cannot "
                              "be rolled back across the draft's several decodes")
