@@ -2,6 +2,11 @@
 # distutils: language = c++
 """The drafter base class: one interface for built-in Cython drafters and user Python drafters.
 
+Long (about 610 lines) because it is one cdef class, ``Drafter``, whose C hooks each carry the
+dispatch rule and the grammar's lent history, which Cython cannot split across files; the
+hooks' answer parsing lives apart (``_answer.pxi``), and what stays beside the class is what its
+hooks take and give (``Draft``, ``Asks``, ``TokenHistory``) and their Python entry points.
+
 Lifecycle (llama.cpp's ``common_speculative`` begin/draft/accept, vLLM's proposers):
 
 * ``begin(seq, prompt_tokens)``: a new request on sequence ``seq`` (the prompt is
