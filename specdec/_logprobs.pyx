@@ -5,7 +5,8 @@
 ``log_softmax`` of the target's logits before any sampling filter (the model's own
 distribution, as OpenAI's ``logprobs`` report it), for the chosen token and the
 ``n_top`` most likely ones. Only requests that ask for logprobs pay for it: one pass
-over the vocabulary per emitted token.
+over the vocabulary per emitted token. Under a grammar the row is masked first (refused
+tokens at -inf): the logprobs are those of what its mask allows.
 """
 from libc.math cimport exp, log
 from libc.stdint cimport int32_t

@@ -7,6 +7,7 @@ is finished (end-of-generation token, a stop string, ``max_tokens``) and cuts th
 at a stop string. ``take`` releases what can no longer change: text that could still
 turn out to be the start of a stop string is held back until it cannot.
 """
+from libc.math cimport INFINITY
 from libc.stdint cimport int32_t
 from libcpp.string cimport string
 
@@ -135,11 +136,15 @@ cdef class TextOutput:
 
     def logprob_list(self, size_t i0=0, size_t i1=<size_t>-1) -> list:
         """``(logprob, [(id, logprob), ...])`` per token of ``tokens[i0:i1]`` (empty when none
-        are kept)."""
+        are kept). Alternatives of probability 0 are left out: under a grammar the row is the
+        one its mask allows, and where it allows fewer tokens than ``n_top`` the rest of the
+        list would be tokens it refused at -inf (the lowest ids), which no JSON can carry
+        (the server answered a 500) and no client can read as an alternative."""
         cdef size_t i, j, k = self.n_top if self.n_top > 0 else 0
         if i1 > self.lp.size():
             i1 = self.lp.size()
-        return [(self.lp[i], [(self.top_ids[i * k + j], self.top_lp[i * k + j]) for j in range(k)])
+        return [(self.lp[i], [(self.top_ids[i * k + j], self.top_lp[i * k + j]) for j in range(k)
+                              if self.top_lp[i * k + j] > -INFINITY])
                 for i in range(i0, i1)]
 
     def take(self):
