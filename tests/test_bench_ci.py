@@ -156,6 +156,18 @@ def test_exit_3_unknown_option_is_not_the_gates_2(capsys):
     assert "argument --reps: invalid int value: 'many'" in err
 
 
+@pytest.mark.parametrize("argv, needle", [
+    (["--ci", "--threads", "0"], "--threads must be at least 1, got 0"),
+    (["--case", "serve", "--concurrency", "4", "--concurrency", "0"],
+     "--concurrency must be at least 1, got 0"),
+])
+def test_exit_3_bad_threads_or_concurrency_not_a_regression(argv, needle, capsys):
+    # refused before measuring anything: the library's own errors came minutes into the
+    # run as 1, a regression to a CI job
+    assert _bench(*argv) == 3
+    _one_line_error(capsys, needle)
+
+
 def test_exit_3_a_baseline_from_one_round(tiny, tmp_path, capsys):
     # refused before measuring anything
     assert _bench("--matrix", "tiny", "--reps", "1", "--save-baseline", tmp_path / "b.json") == 3

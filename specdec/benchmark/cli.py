@@ -177,6 +177,12 @@ def _check_usage(args: argparse.Namespace) -> Optional[Dict[str, Any]]:
         raise BadUsage(f"--reps must be at least 1, got {args.reps}")
     if args.n_gen is not None and args.n_gen < 1:
         raise BadUsage(f"--n-gen must be at least 1, got {args.n_gen}")
+    if args.threads < 1:
+        # the library's own check came minutes into the run, an exception specdec's main
+        # answered with 1, which says a regression to a CI job
+        raise BadUsage(f"--threads must be at least 1, got {args.threads}")
+    if args.concurrency and min(args.concurrency) < 1:
+        raise BadUsage(f"--concurrency must be at least 1, got {min(args.concurrency)}")
     if args.margin is not None and not 0 <= args.margin < 1:
         raise BadUsage(f"--margin must be a fraction in [0, 1), got {args.margin}")
     if (args.n_gpu_layers is not None or args.rpc_standin or args.no_serve) and not args.gpu:
@@ -362,9 +368,9 @@ def run(args: argparse.Namespace) -> int:
     warning = machine.timing_warning()
     if warning and not args.results:
         print(f"specdec bench: warning: {warning}", file=sys.stderr)
+    base = _check_usage(args)     # --case serve's --reps, --threads, ... too
     if args.case == ["serve"]:
         return _serve(args, log)
-    base = _check_usage(args)
     if args.gpu and not args.rpc_standin and not args.results:
         from .gpu import why_no_device
         why = why_no_device()
