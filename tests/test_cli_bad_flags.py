@@ -65,3 +65,15 @@ def test_chat_without_a_template_names_the_key_and_the_flag(tiny_dense_path):
     assert p.returncode == 1, p.stderr
     assert "no tokenizer.chat_template in the GGUF" in p.stderr, p.stderr
     assert "pass --chat-template" in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("template, message", [
+    ("bogusname", "'bogusname' is neither Jinja nor a llama.cpp built-in template name"),
+    ("{% if %}", "Expected an expression"),
+    ("@/nonexistent/template.jinja", "No such file or directory"),
+])
+def test_serve_checks_its_chat_template_before_serving(tiny_dense_path, template, message):
+    # it started and answered every chat with a 400 (the bad file alone was refused)
+    p = _run("serve", "-m", tiny_dense_path, "--port", "0", "--chat-template", template)
+    assert p.returncode == 1 and message in p.stderr, p.stderr
+    assert "listening on" not in p.stderr, p.stderr

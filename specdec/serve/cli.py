@@ -114,19 +114,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"specdec serve needs the serve extra: pip install 'specdec[serve]' ({e})",
               file=sys.stderr)
         return 2
+    from ..chat import ChatTemplate
     from ..chat_cli import _template
     from ..cli import _model_path
 
     _address(args.host, args.port)     # a bad --host or --port before the model loads
+    limits = TemplateLimits(seconds=args.chat_template_timeout,
+                            max_chars=args.chat_template_max_chars)
+    template = _template(args.chat_template)
+    if template is not None:
+        # compiled here, before the model loads: a --chat-template that is neither a
+        # built-in name nor Jinja that compiles started a server whose every chat was a 400
+        ChatTemplate(template, limits=limits)
     path = _model_path(args)
     names = args.served_model_name or [Path(path).stem]
     # the event loop waits for the GIL behind the workers' templates (see limits.py)
     sys.setswitchinterval(SWITCH_INTERVAL_S)
-    limits = TemplateLimits(seconds=args.chat_template_timeout,
-                            max_chars=args.chat_template_max_chars)
     backend = EngineBackend(engine(path, args))
-    app = create_app(backend, names, api_key=args.api_key,
-                     chat_template=_template(args.chat_template), template_limits=limits)
+    app = create_app(backend, names, api_key=args.api_key, chat_template=template,
+                     template_limits=limits)
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.api_key:
         print(f"specdec serve: WARNING: binding {args.host} without --api-key: anyone who can "
               "reach this port can use the model", file=sys.stderr)
