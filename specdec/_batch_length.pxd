@@ -18,12 +18,17 @@ cdef class BatchLength:
     cdef int kind                    # this round: 0 not the batch's, 1 the batch's
     cdef int n_in, k_round           # its sequences and its cap
     cdef long tokens0                # their tokens when it began
+    cdef readonly bint steady        # a new shape is dear (a CUDA target): changed caps held
+    cdef int last_n, last_k          # steady: the last round's size and cap
+    cdef int hold_left               # steady: rounds the changed cap is still held
+    cdef int cold                    # steady: rounds still to come that are not measured
     cdef void _size(self, int n, int k_top) noexcept
     cdef double rate(self, int n, int k) noexcept
     cdef bint _measured(self, int n, int k) noexcept
     cdef int _start(self, int n, int k_top) noexcept
     cdef int _far(self, int n, int b, int k_top) noexcept
     cdef int decide(self, int n, int k_top) noexcept
+    cdef int _decide(self, int n, int k_top) noexcept
     cdef void observe(self, int n, int k, double tokens, double t) noexcept
     cdef int judge(self, list seqs) except -1
     cdef int settle(self, list seqs, double t) except -1

@@ -37,6 +37,17 @@ controller's (``judge``): rounds of two or more sequences all of whose drafting 
 are adaptive with a model drafter. The cap it gives is each sequence's ``k_cap`` (within
 the round's limits), every draft is verified, and each sequence's own policy goes on
 learning (acceptance, costs) for rounds it drafts alone.
+
+Where a new shape is dear (``steady``: a target on a CUDA device, see ``_steady_rows``), a
+round whose cap differs from the round before runs uncaptured, the next one captures the graph
+again, and only the third runs at the cap's steady cost:
+on an H200 with the ~1.4B bigram model that made a tried cap's one round about twice its
+steady cost, so every cap tried for one round lost to the one held, and the adaptive Engine
+at 8 slots stayed at plain decoding (0.91x) where a fixed length of 4 ran at 1.6-1.9x. There
+a changed cap is held for ``HOLD`` rounds and its first ``WARM`` rounds are not measured;
+the schedules count decisions, and explore ``STEADY_SPARSER`` times less often (a try costs
+its rounds and two captures); a batch size first seen starts from the cap at its top
+(rows are nearly free on such a device: the climb goes down from there).
 """
 from libcpp.vector cimport vector
 
@@ -52,16 +63,23 @@ DEF UP_MAX = 128
 DEF CLIP = 1.5           # a round's time counts at most this many times its cap's mean
 DEF MARGIN = 0.02         # a neighbour must beat the best by this much (the rates' noise)
 DEF START = 1             # the first cap of a batch size with no measured neighbour
+DEF HOLD = 3              # steady: rounds a changed cap is held ...
+DEF WARM = 2              # ... of which the first ones are not measured (uncaptured, capture)
+DEF STEADY_SPARSER = 6    # steady: exploration and plain checks this many times rarer
 
 
 cdef class BatchLength:
-    """BatchLength(n_seq_max)
+    """BatchLength(n_seq_max, steady=False)
 --
 
-    The measured draft length of rounds of 2..``n_seq_max`` sequences (see the module)."""
+    The measured draft length of rounds of 2..``n_seq_max`` sequences (see the module);
+    ``steady``: a new shape is dear (a changed cap held, its first rounds not measured)."""
 
-    def __init__(self, int n_seq_max):
+    def __init__(self, int n_seq_max, bint steady=False):
         self.n_seq_max = max(n_seq_max, 1)
+        self.steady = steady
+        self.last_n = self.last_k = -1
+        self.hold_left = self.cold = 0
         cdef int m = self.n_seq_max + 1
         self.tok.assign(m, vector[double]())
         self.sec.assign(m, vector[double]())
@@ -101,7 +119,7 @@ cdef class BatchLength:
                 return min(self.best[n + d], k_top)
             if n - d >= 2 and self.best[n - d] >= 0:
                 return min(self.best[n - d], k_top)
-        return min(START, k_top)
+        return k_top if self.steady else min(START, k_top)
 
     cdef int _far(self, int n, int b, int k_top) noexcept:
         """The cap past the best's neighbours to try (-1: none): one not measured yet, else
@@ -124,10 +142,30 @@ cdef class BatchLength:
         """The cap of a round of ``n`` sequences whose caps may go up to ``k_top``."""
         if n < 2 or n > self.n_seq_max or k_top <= 0:
             return max(k_top, 0)
+        cdef int k
+        if not self.steady:
+            return self._decide(n, k_top)
+        if self.hold_left > 0 and n == self.last_n and self.last_k <= k_top:
+            # a changed cap's later rounds: its graph captured, then run captured
+            self.hold_left -= 1
+            return self.last_k
+        k = self._decide(n, k_top)
+        if n != self.last_n or k != self.last_k:
+            self.hold_left = HOLD - 1
+            self.cold = WARM
+        else:
+            self.hold_left = self.cold = 0
+        self.last_n = n
+        self.last_k = k
+        return k
+
+    cdef int _decide(self, int n, int k_top) noexcept:
+        """``decide``'s schedule: one call per decision (a held cap's rounds are one)."""
         self._size(n, k_top)
         if self.best[n] < 0:
             self.best[n] = self._start(n, k_top)
         cdef int b = min(self.best[n], k_top), r, lo, hi, far
+        cdef int sparse = STEADY_SPARSER if self.steady else 1
         self.rounds[n] += 1
         r = self.rounds[n]
         lo = b - 1
@@ -143,7 +181,7 @@ cdef class BatchLength:
             return 0
         cdef bint early = not (self._measured(n, b) and self._measured(n, lo)
                                and (hi < 0 or self._measured(n, hi)))
-        if r % (EARLY_EVERY if early else EXPLORE_EVERY) == 0:
+        if r % (EARLY_EVERY if early else EXPLORE_EVERY * sparse) == 0:
             if early:
                 if hi < 0 or not self._measured(n, lo):
                     return lo
@@ -154,13 +192,16 @@ cdef class BatchLength:
             if self.side[n] == 2 and far >= 0:
                 return far
             return hi if self.side[n] == 1 and hi >= 0 else lo
-        if b >= 2 and r % PLAIN_EVERY == 3:      # (odd: never a neighbour's round)
+        if b >= 2 and r % (PLAIN_EVERY * sparse) == 3:      # (odd: never a neighbour's round)
             return 0
         return b
 
     cdef void observe(self, int n, int k, double tokens, double t) noexcept:
         """A round of ``n`` sequences at cap ``k`` made ``tokens`` tokens in ``t`` seconds."""
         if n < 2 or n > self.n_seq_max or k < 0 or t <= 0.0 or tokens <= 0.0:
+            return
+        if self.cold > 0:
+            self.cold -= 1          # a changed cap's first rounds: the captures, not the cap
             return
         self._size(n, k)
         if self.cnt[n][k] >= MIN_SAMPLES and t > CLIP * self.sec[n][k] / self.w[n][k]:
@@ -256,7 +297,7 @@ cdef class BatchLength:
         unmeasured) and rounds, the rounds decided."""
         if n < 0 or n > self.n_seq_max:
             raise ValueError(f"n must be in 0..{self.n_seq_max}")
-        return {"best": self.best[n], "rounds": self.rounds[n],
+        return {"best": self.best[n], "rounds": self.rounds[n], "steady": self.steady,
                 "rates": [self.rate(n, k) for k in range(self.tok[n].size())],
                 "samples": [self.cnt[n][k] for k in range(self.cnt[n].size())],
                 "up_gap": self.up_gap[n], "switches": self.n_switches,

@@ -122,7 +122,7 @@ cdef class Controller:
         self.verifier = Verifier(ctx)
         self.batch_cost = BatchCost()
         self.floor = BatchFloor(ctx.n_seq_max)
-        self.length = BatchLength(ctx.n_seq_max)
+        self.length = BatchLength(ctx.n_seq_max, self.steady)
         self.verifier.clock = &self.clock
         self.totals = _SeqCounters()
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
