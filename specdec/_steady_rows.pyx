@@ -18,7 +18,9 @@ every round: its drafts, then throw-away rows up to ``n_max + 1`` (the rollback 
 as exact mode's padding), every row with its output. The policy still chooses the drafts
 and measures what each round really costs. Several sequences in a round change the shape
 as they join and leave whatever their drafts, and padding each to its longest would cost
-real rows (the Engine's batch budget prices those): they are left as they are.
+real rows (the Engine's batch budget prices those): they are left as they are, and a batch
+drafted by a model keeps its shape by holding its measured cap (``_batch_length``'s
+``steady``, from ``steady_for``).
 
 ``Controller`` takes it on where the target has layers on a CUDA device (``steady_for``);
 ``_checks.steady_rows`` forces it on or off, for tests on the CPU.
