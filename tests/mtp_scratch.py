@@ -7,7 +7,7 @@ import numpy as np
 
 from specdec import Batch, Context
 from specdec.drafters import Drafter
-from specdec.drafters._base import run_propose
+from specdec.drafters._run import run_propose
 
 
 class Checking(Drafter):

@@ -12,7 +12,7 @@ import specdec
 from specdec import Decoder, Engine, Sampling
 from specdec._controller import Controller
 from specdec.drafters import Drafter, DrafterError
-from specdec.drafters._base import run_propose_batch
+from specdec.drafters._run import run_propose_batch
 from specdec.drafters.mtp import MtpDrafter
 from specdec.testing import write_bigram_mtp_model
 from specdec.testing.dflash import write_dflash_draft

@@ -307,7 +307,7 @@ def test_not_a_dflash_file_or_target(target, draft, tiny_mamba2_path, model_file
 
 
 def test_hooks_need_binding(draft):
-    from specdec.drafters._base import run_propose
+    from specdec.drafters._run import run_propose
     d = DFlashDrafter(draft(0.9))
     with pytest.raises(RuntimeError, match="not bound"):
         run_propose(d, 0, 1, 2)

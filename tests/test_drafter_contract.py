@@ -14,7 +14,7 @@ import pytest
 from specdec import Decoder
 from specdec.config import SpecConfig
 from specdec.drafters import BUILTINS, Drafter, create, get
-from specdec.drafters._base import run_begin, run_observe, run_propose, run_reset
+from specdec.drafters._run import run_begin, run_observe, run_propose, run_reset
 from specdec.drafters.guard import GuardedDrafter
 
 HOOKS = ("begin", "observe", "propose", "accept", "reset")
@@ -279,8 +279,8 @@ def _child(code):
     return p.stdout
 
 
-BASE_MODULES = {"specdec.drafters", "specdec.drafters._base", "specdec.drafters.registry",
-                "specdec.drafters.guard"}
+BASE_MODULES = {"specdec.drafters", "specdec.drafters._base", "specdec.drafters._run",
+                "specdec.drafters.registry", "specdec.drafters.guard"}
 
 
 def test_listing_drafters_imports_no_drafter_module():

@@ -289,7 +289,7 @@ def test_not_an_eagle3_file_or_target(target, draft, tiny_mamba2_path):
 
 
 def test_hooks_need_binding(draft):
-    from specdec.drafters._base import run_propose
+    from specdec.drafters._run import run_propose
     d = Eagle3Drafter(draft(0.9))
     with pytest.raises(RuntimeError, match="not bound"):
         run_propose(d, 0, 1, 2)

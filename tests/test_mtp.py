@@ -22,7 +22,7 @@ from specdec import Batch, Context, Decoder, Model, Sampling
 from specdec._controller import Controller
 from specdec.config import SpecConfig
 from specdec.drafters import Drafter, available
-from specdec.drafters._base import run_observe, run_propose
+from specdec.drafters._run import run_observe, run_propose
 from bigram_greedy import greedy_cycle
 from mtp_scratch import Checking, Scratch
 from joint_law import chi_square_p, speculative_counts, target_joint

@@ -3,7 +3,7 @@ import pytest
 
 from specdec import Decoder
 from specdec.drafters import create
-from specdec.drafters._base import run_begin, run_observe, run_propose
+from specdec.drafters._run import run_begin, run_observe, run_propose
 
 CODE = '''def add(a, b):
     return a + b

@@ -4,7 +4,7 @@ import pytest
 
 from specdec import Context, Decoder
 from specdec.drafters import create
-from specdec.drafters._base import run_accept, run_begin, run_observe, run_propose
+from specdec.drafters._run import run_accept, run_begin, run_observe, run_propose
 
 
 @pytest.fixture(scope="module")

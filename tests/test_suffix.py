@@ -6,8 +6,8 @@ import pytest
 
 from specdec import Decoder, Sampling
 from specdec.drafters import available, create
-from specdec.drafters._base import (run_accept, run_begin, run_observe, run_propose,
-                                   run_propose_batch)
+from specdec.drafters._run import (run_accept, run_begin, run_observe, run_propose,
+                                  run_propose_batch)
 from specdec.drafters.suffix import SuffixDrafter
 from specdec.drafters._test_hooks import check_suffix_tree, suffix_count
 

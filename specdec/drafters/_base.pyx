@@ -2,10 +2,10 @@
 # distutils: language = c++
 """The drafter base class: one interface for built-in Cython drafters and user Python drafters.
 
-Long (about 610 lines) because it is one cdef class, ``Drafter``, whose C hooks each carry the
-dispatch rule and the grammar's lent history, which Cython cannot split across files; the
-hooks' answer parsing lives apart (``_answer.pxi``), and what stays beside the class is what its
-hooks take and give (``Draft``, ``Asks``, ``TokenHistory``) and their Python entry points.
+One cdef class, ``Drafter``, whose C hooks each carry the dispatch rule and the grammar's
+lent history, with what its hooks take and give (``Draft``, ``Asks``, ``TokenHistory``) beside
+it; the hooks' answer parsing lives apart (``_answer.pxi``), and so do the Python entry points
+to the hooks (``_run.pyx``).
 
 Lifecycle (llama.cpp's ``common_speculative`` begin/draft/accept, vLLM's proposers):
 
@@ -568,46 +568,3 @@ cdef class Drafter:
 
 include "_answer.pxi"
 
-
-# Python entry points to the C hooks (with the dispatch rule), for tools and tests that drive
-# a drafter by hand
-def run_begin(Drafter d not None, int seq, prompt_tokens):
-    cdef vector[int32_t] v = [int(t) for t in prompt_tokens]
-    d._grow(seq)
-    d.begin_c(seq, v.data(), v.size())
-
-
-def run_observe(Drafter d not None, int seq, tokens, int row0=-1):
-    cdef vector[int32_t] v = [int(t) for t in tokens]
-    d._grow(seq)
-    d.observe_c(seq, v.data(), v.size(), row0)
-
-
-def run_propose(Drafter d not None, int seq, int last, int n_max) -> list:
-    cdef Draft out = Draft()
-    d.propose_c(seq, last, n_max, out)
-    return out.token_list
-
-
-def run_propose_batch(Drafter d not None, seqs, lasts, n_maxs, p_stops=None) -> list:
-    """The drafts of ``seqs`` as the controller asks for them (one batch hook call), each
-    under its confidence floor ``p_stops[j]`` (None: none)."""
-    cdef Asks asks = Asks()
-    cdef int j
-    if not len(seqs) == len(lasts) == len(n_maxs):
-        raise ValueError("one last token and one n_max per sequence")
-    if p_stops is None:
-        p_stops = [0.0] * len(seqs)
-    for j in range(len(seqs)):
-        d._grow(seqs[j])
-        asks.add(seqs[j], lasts[j], n_maxs[j], p_stops[j], Draft())
-    d.propose_batch_c(asks)
-    return [(<Draft> x).token_list for x in asks.drafts]
-
-
-def run_accept(Drafter d not None, int seq, int n_accepted):
-    d.accept_c(seq, n_accepted)
-
-
-def run_reset(Drafter d not None, int seq):
-    d.reset_c(seq)

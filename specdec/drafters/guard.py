@@ -21,8 +21,8 @@ import warnings
 import weakref
 from typing import Any, List, Optional
 
-from ._base import (Drafter, DrafterError, check_draft, run_accept, run_begin, run_observe,
-                    run_reset)
+from ._base import Drafter, DrafterError, check_draft
+from ._run import run_accept, run_begin, run_observe, run_reset
 
 ON_ERROR = ("raise", "disable")
 
