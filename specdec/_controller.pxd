@@ -11,6 +11,7 @@ from ._verify cimport Verifier
 from ._seq cimport _Seq, _SeqCounters
 from ._rollback cimport Rollback
 from ._prefix_reuse cimport PrefixReuse
+from ._prefill cimport Prefill
 from .drafters._base cimport Asks
 
 
@@ -27,6 +28,7 @@ cdef class Controller:
     cdef readonly bint steady    # a lone sequence's verify rows held to one shape (``_steady_rows``)
     cdef Rollback rollback       # how the target's memory forgets rejected drafts
     cdef PrefixReuse prefix      # what a join keeps of what its slot held
+    cdef Prefill prompts         # a joined request's prompt into the target (``_prefill``)
     cdef Verifier verifier
     cdef BatchCost batch_cost    # each sequence's part of a verify batch's time, for its policy
     cdef readonly BatchFloor floor   # the batch's rounds with drafts against those without
@@ -39,9 +41,6 @@ cdef class Controller:
     cdef _SeqCounters totals     # over every request since the controller began (``stats()``)
 
     cdef _Seq _seq(self, int seq)
-    cdef int _prefill_chunks(self, list ss, int budget) except -1
-    cdef int _prompt_in(self, _Seq s, int row) except -1
-    cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1
     cdef int _pad(self, list batch_seqs) except -1
     cdef int _decode_verify(self, list group) except -1
     cdef int _decode_again(self, list group) except -1

@@ -2,11 +2,6 @@
 # distutils: language = c++
 """The speculative controller: draft -> verify -> accept -> rollback -> notify.
 
-Long because it is one cdef class, the round and its joins and leaves (about 690 lines: the
-prompts that join together go in with one decode, ``prefill_together``), which Cython cannot
-split across files; what is not the round's own lives apart (_seq,
-_propose, _round_budget, _rollback, _ubatch_split, _steady_rows, _prefix_reuse).
-
 One loop for every drafter, and for plain decoding (no drafter: every round
 verifies just the pending token). Built-in drafters are called through their C
 hooks, so a round enters Python only for Python drafters.
@@ -27,7 +22,8 @@ The round's parts live in their own modules, this class holding them together (s
 docs/architecture.md): ``_seq`` (a sequence's memory, request, counters and round),
 ``_propose`` (drafting), ``_round_budget`` (draft lengths), ``_verify``, ``_output``,
 ``_rollback`` (one strategy per context: KV trim, recurrent snapshots, or checkpoint +
-decode again), ``_prefix_reuse`` and, apart from this class, ``_checks`` (the test driver).
+decode again), ``_prefix_reuse``, ``_prefill`` (a prompt's path: the join's start, chunked
+prefill, the first token) and, apart from this class, ``_checks`` (the test driver).
 
 Requests are validated by the API (``specdec._request``); below it, assertions.
 """
@@ -41,11 +37,13 @@ from ._timing cimport now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, 
 from ._output cimport RUNNING, CTX_FULL
 from ._verify cimport Verifier, sparse_rows
 from ._grammar cimport GrammarState
-from ._seq cimport _Seq, _SeqRequest, _SeqCounters, new_request, NO_DRAFT, DRAFTED, FILLER, FORCED
+from ._seq cimport (_Seq, _SeqRequest, _SeqCounters, new_request, emit, NO_DRAFT, DRAFTED,
+                   FILLER, FORCED)
 from ._rollback cimport rollback_for
 from ._ubatch_split cimport even_rows
 from ._steady_rows cimport steady_for, steady_height
 from ._prefix_reuse cimport PrefixReuse, HeldState
+from ._prefill cimport Prefill
 from ._propose cimport propose
 from .drafters._base cimport Drafter, Asks
 
@@ -127,6 +125,7 @@ cdef class Controller:
         self.totals = _SeqCounters()
         self.batch = Batch(ctx.n_batch, n_seq_max=ctx.n_seq_max)
         self.asks = Asks()
+        self.prompts = Prefill(ctx, self.batch, exact, self.rollback, self.prefix, self.totals)
         self.seqs = []
         cdef _Seq s
         for i in range(ctx.n_seq_max):
@@ -195,24 +194,10 @@ cdef class Controller:
         s.redo = False
         cdef double t0 = now()
         c = self.prefix.join(s, toks.data(), n, reuse)
-        s.active = True
-        s.prefilling = True
-        s.mem.prompt = toks
-        s.mem.n_filled = c
-        s.cnt.n_prompt = n
-        s.cnt.n_decoded = n - c
-        self.totals.n_prompt += n
-        self.totals.n_decoded += n - c
-        cdef Drafter dr
         try:
-            for dr in r.drafters:
-                dr.begin_c(s.id, toks.data(), n)
-                if c > 0:
-                    dr.observe_c(s.id, toks.data(), c, -1)
-            s.cnt.t_prompt = now() - t0
-            self.totals.t_prompt += s.cnt.t_prompt
+            self.prompts.start(s, toks, c, t0)
             while s.prefilling and not defer:
-                self._prefill_chunks([s], 0)
+                self.prompts.chunks([s], 0, self.verifier)
         except BaseException:
             self.leave(seq)
             raise
@@ -244,7 +229,7 @@ cdef class Controller:
             todo = todo[:1]
         if todo:
             try:
-                self._prefill_chunks(todo, max_tokens)
+                self.prompts.chunks(todo, max_tokens, self.verifier)
             except BaseException:
                 for s in todo:
                     self.leave(s.id)
@@ -301,87 +286,7 @@ cdef class Controller:
         self.leave(seq)
         return self.prefix.restore(s, held)
 
-    cdef int _prefill_chunks(self, list ss, int budget) except -1:
-        """Decode the next chunks of the prompts of ``ss`` in one batch (in order, together at
-        most ``n_batch`` tokens or ``budget``); after a prompt's last chunk, sample its first
-        token. The prompt time is shared by rows."""
-        cdef double t0 = now()
-        cdef _Seq s
-        cdef int n, i0, i, m, row, total = 0, cap = self.ctx.n_batch
-        cdef bint grammar = False, pad = False
-        cdef vector[int] m_of, row_of
-        if budget > 0:
-            cap = min(cap, budget)
-        self.batch.clear_c()
-        for s in ss:
-            n = s.mem.prompt.size()
-            i0 = s.mem.n_filled
-            m = min(cap - total, n - i0)
-            if self.exact and n - i0 - m == 1 and m > 2:
-                m -= 1      # no 1-token chunk at the end
-            if m <= 0:
-                break
-            m_of.push_back(m)
-            row_of.push_back(self.batch.b.n_tokens)
-            for i in range(m):
-                self.batch.add_c(s.mem.prompt[i0 + i], i0 + i, s.id, i0 + i == n - 1)
-            # the last chunk's output row is the first a grammar masks
-            grammar = grammar or (i0 + m == n and sparse_rows([s]))
-            total += m
-        # a one-token chunk (a one-token prompt) alone: decode it with a throw-away second
-        # row, where the memory can drop it; a target rolled back by checkpoints cannot, and
-        # decodes it alone (as every exact-mode run of that prompt does)
-        cdef _Seq s0 = <_Seq> ss[0]
-        if self.exact and total == 1 and self.rollback.drops_rows():
-            pad = True
-            self.batch.add_c(s0.mem.prompt[s0.mem.n_filled], s0.mem.n_filled + 1, s0.id, False)
-        self.ctx.decode_c(self.batch, grammar)
-        if pad:
-            if not self.ctx.seq_rm_c(s0.id, s0.mem.n_filled + 1, -1):
-                raise RuntimeError("could not drop the padding row")
-        cdef Drafter d
-        cdef int j
-        for j in range(<int>m_of.size()):
-            s = <_Seq> ss[j]
-            m, row = m_of[j], row_of[j]
-            for d in s.req.drafters:
-                d.observe_c(s.id, s.mem.prompt.data() + s.mem.n_filled, m, row)
-            s.mem.n_filled += m
-            if s.mem.n_filled == <int>s.mem.prompt.size():
-                self._prompt_in(s, row + m - 1)
-        t0 = (now() - t0) / max(total, 1)
-        for j in range(<int>m_of.size()):
-            s = <_Seq> ss[j]
-            s.cnt.t_prompt += t0 * m_of[j]
-            self.totals.t_prompt += t0 * m_of[j]
-        return 0
-
-    cdef int _prompt_in(self, _Seq s, int row) except -1:
-        """``s``'s prompt is all in (its last token at batch ``row``): its first token."""
-        s.mem.tokens.assign(s.mem.prompt.begin(), s.mem.prompt.end())
-        s.mem.n_past = s.mem.prompt.size()
-        s.mem.prompt.clear()
-        s.prefilling = False
-        self.prefix.save_window(s)
-        self.verifier.pen = s.req.pen
-        self.verifier.grammar = s.req.grammar
-        # prompt time, not the rounds': the verifier's laps of the round's clock (under a
-        # grammar) would count the time since the last round as verification
-        self.verifier.clock = NULL
-        try:
-            s.last = self.verifier.sample(row, s.req.greedy, s.req.sp, s.req.rng)
-        finally:
-            self.verifier.clock = &self.clock
-        self._emit(s, s.last, row)
-        return 0
-
     # --- the round --------------------------------------------------------------------
-
-    cdef bint _emit(self, _Seq s, int32_t tok, int row) except -1:
-        """Append one token to the sequence's output; True when it is finished."""
-        if s.req.pen is not None:
-            s.req.pen.push(tok)
-        return s.req.out.push(tok, self.ctx.logits_c(row) if s.req.out.n_top >= 0 else NULL)
 
     def step(self) -> int:
         """One round for every running sequence; returns how many are still running."""
@@ -547,7 +452,7 @@ cdef class Controller:
             lap(&self.clock, T_DRAFT)
             s.t_v += t_dec * (s.a + 2) / n_rows + t_head
             self._observe_policy(s, s.k, s.a, s.a + 2)
-            if not self._emit(s, z, s.row0 + s.a + 1):
+            if not emit(s, self.ctx, z, s.row0 + s.a + 1):
                 s.last = z
             s.row0 = -1
         return 0
@@ -600,11 +505,11 @@ cdef class Controller:
         s.prev = s.last
         # emit d1..da then y, stopping at EOS / stop strings / max_tokens
         for i in range(a):
-            if self._emit(s, s.draft.tokens[i], s.row0 + i):
+            if emit(s, self.ctx, s.draft.tokens[i], s.row0 + i):
                 finished = True
                 break
         if not finished:
-            finished = self._emit(s, y, s.row0 + a)
+            finished = emit(s, self.ctx, y, s.row0 + a)
             if not finished:
                 s.last = y
                 s.redo = redo

@@ -3,7 +3,7 @@
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libcpp.vector cimport vector
 
-from ._core cimport Model
+from ._core cimport Model, Context
 from ._sampling cimport SamplingParams, Rng
 from ._penalty cimport Penalty
 from ._policy cimport DraftPolicy
@@ -112,3 +112,6 @@ cdef class _Seq:
     cdef bint verified           # ``a`` and ``y`` are its outcome already (a grammar's
     cdef int32_t y               # sequences, verified in lockstep: ``Verifier.lockstep``)
     cdef double t_v              # the current verify's cost so far
+
+
+cdef bint emit(_Seq s, Context ctx, int32_t tok, int row) except -1

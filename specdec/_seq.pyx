@@ -141,3 +141,12 @@ cdef class _Seq:
         self.cnt = _SeqCounters()
         self.draft = Draft()
         self.row0 = -1
+
+
+cdef bint emit(_Seq s, Context ctx, int32_t tok, int row) except -1:
+    """Append one token to the sequence's output (its logits at ``ctx``'s ``row``, where it
+    keeps logprobs); True when it is finished. The first token of a prompt and each of a
+    round's tokens go out so."""
+    if s.req.pen is not None:
+        s.req.pen.push(tok)
+    return s.req.out.push(tok, ctx.logits_c(row) if s.req.out.n_top >= 0 else NULL)
