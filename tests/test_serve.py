@@ -1,6 +1,7 @@
-"""`specdec serve` through the real `openai` client: sync, async, streaming, errors, load.
+"""`specdec serve` through the real `openai` client: sync, async, streaming, load, usage and
+metrics, disconnects (what it refuses: test_serve_refusals.py).
 
-Servers run as `python -m specdec serve` children on tiny chat models (specdec.testing.chat):
+Servers run as `python -m specdec serve` children (serve_server.py) on tiny chat models:
 ``ending`` replies "Hi_thEre!" then <|im_end|>; ``looping`` never ends its reply (its chain
 goes through <|im_start|>, a control token with no text), so its streams run to max_tokens
 and an n-gram drafter gets accepted. ``SPECDEC_SERVE_SOAK_S`` lengthens the load test.
@@ -10,12 +11,8 @@ import json
 import os
 import random
 import re
-import sys
-import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,71 +22,10 @@ pytest.importorskip("starlette")
 pytest.importorskip("uvicorn")
 
 import specdec   # noqa: E402
-from specdec.benchmark.serve import ServerProcess, free_port   # noqa: E402
-from specdec.testing.chat import write_tiny_chat   # noqa: E402
+from serve_server import HELLO, REPLY, Server, ending, models   # noqa: E402,F401 (fixtures)
 
-QWEN = (Path(__file__).parent / "data" / "chat_templates" / "Qwen-Qwen2.5-7B-Instruct.jinja")
-REPLY = "Hi_thEre!"
 KEY = "sk-test-123"
 SOAK_S = float(os.environ.get("SPECDEC_SERVE_SOAK_S", "8"))
-
-
-class Server(ServerProcess):
-    """`python -m specdec serve` on a free port, with helpers to talk to it."""
-
-    def __init__(self, model, *args):
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        log = Path(tempfile.mkdtemp()) / "server.log"
-        super().__init__([sys.executable, "-m", "specdec", "serve", "-m", str(model), "--port",
-                          str(port), "--served-model-name", "tiny", *args], port, log,
-                         timeout=120)
-
-    def request(self, method, path, body=None, *, raw=None, headers=None):
-        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json",
-                                              **(headers or {})})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as r:
-                return r.status, r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read().decode()
-
-    def get(self, path, **kw):
-        status, text = self.request("GET", path, **kw)
-        return status, (json.loads(text) if text.startswith("{") else text)
-
-    def post(self, path, body=None, **kw):
-        status, text = self.request("POST", path, body, **kw)
-        return status, json.loads(text)
-
-    def client(self, **kw):
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=kw.pop("api_key", "none"),
-                             max_retries=0, **kw)
-
-    def rss_kb(self):
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        raise RuntimeError("no VmRSS")
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    d = tmp_path_factory.mktemp("serve")
-    tmpl = QWEN.read_text()
-    return {"ending": write_tiny_chat(d / "ending.gguf", "chatml", chat_template=tmpl,
-                                      reply=REPLY, end_token="<|im_end|>"),
-            "looping": write_tiny_chat(d / "looping.gguf", "chatml", chat_template=tmpl,
-                                       reply=REPLY, end_token="<|im_start|>")}
-
-
-@pytest.fixture(scope="module")
-def ending(models):
-    s = Server(models["ending"], "--n-ctx", "512", "--slots", "2")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +36,6 @@ def looping(models):
     s.stop()
 
 
-HELLO = [{"role": "user", "content": "Hello"}]
 IDLE = {"status": "ok", "slots": 4, "running": 0, "queued": 0}   # the looping server at rest
 
 
@@ -188,168 +123,6 @@ def test_async_client_concurrent(ending):
     assert asyncio.run(main()) == [REPLY] * 6
 
 
-BAD = [
-    ("/v1/chat/completions", None, b"{not json", 400),
-    ("/v1/chat/completions", None, b"[1, 2]", 400),
-    ("/v1/chat/completions", {"model": "tiny"}, None, 400),
-    ("/v1/chat/completions", {"messages": "hi"}, None, 400),
-    ("/v1/chat/completions", {"messages": []}, None, 400),
-    ("/v1/chat/completions", {"messages": [{"content": "x"}]}, None, 400),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 3}]}, None, 400),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
-     None, 400),
-    ("/v1/chat/completions", {"model": "gpt-9", "messages": HELLO}, None, 404),
-    ("/v1/chat/completions", {"model": 7, "messages": HELLO}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "temperature": -1}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "temperature": "hot"}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "top_p": 2}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "max_tokens": 0}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "max_tokens": 1.5}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "max_completion_tokens": -3}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "n": 0}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "n": 17}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stop": ["a", "b", "c", "d", "e"]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stop": 5}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stop": [""]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "seed": "x"}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stream": "yes"}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "top_logprobs": 3}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logprobs": True, "top_logprobs": 21}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logprobs": "yes"}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "tools": [{"type": "function"}]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "presence_penalty": 3.0}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "repetition_penalty": 0}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"x": 10}}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"5": 1000}}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "logit_bias": {"99999": 1}}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "response_format": {"type": "xml"}},
-     None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "specdec": 3}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stop_token_ids": ["x"]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "stop_token_ids": 5}, None, 400),
-    ("/v1/completions", {"prompt": "x", "stop_token_ids": [-1]}, None, 400),
-    ("/v1/chat/completions", {"messages": HELLO, "chat_template_kwargs": []}, None, 400),
-    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x" * 4000}]}, None, 413),
-    # lone surrogates (valid JSON escapes, no UTF-8): quoted back in errors, never a 500
-    ("/v1/chat/completions", None, b'{"model": "x\\udfff", "messages": [{"role": "user"}]}',
-     404),
-    ("/v1/completions", None, b'{"prompt": "x", "stop": ["\\ud800"], "stream": true}', 400),
-    ("/v1/completions", {"model": "tiny"}, None, 400),
-    ("/v1/completions", {"prompt": ""}, None, 400),
-    ("/v1/completions", {"prompt": []}, None, 400),
-    ("/v1/completions", {"prompt": ["a", "b"]}, None, 400),
-    ("/v1/completions", {"prompt": [[1], [2]]}, None, 400),
-    ("/v1/completions", {"prompt": [1, "a"]}, None, 400),
-    ("/v1/completions", {"prompt": [1, 99999]}, None, 400),
-    ("/v1/completions", {"prompt": [-1]}, None, 400),
-    ("/v1/completions", {"prompt": "x", "logprobs": 6}, None, 400),
-    ("/v1/completions", {"prompt": "x", "echo": True}, None, 400),
-    ("/v1/completions", {"prompt": "x", "suffix": "y"}, None, 400),
-    ("/v1/completions", {"prompt": "x", "best_of": 3}, None, 400),
-    ("/v1/completions", {"prompt": "x" * 600}, None, 413),
-    ("/v1/completions", {"prompt": [1] * 512}, None, 413),
-    ("/v1/completions", None, b'{"prompt": "' + b"x" * (9 << 20) + b'"}', 413),
-    ("/v1/completions", None, b'{"prompt": "' + b"x" * (9 << 20) + b'"}', "413-chunked"),
-]
-
-
-@pytest.mark.parametrize("path, body, raw, status", BAD,
-                         ids=[f"{i}-{s}" for i, (_, _, _, s) in enumerate(BAD)])
-def test_bad_requests(ending, path, body, raw, status):
-    if raw is not None and len(raw) > 1 << 20:
-        got, out = _big_body(ending, path, raw, chunked=status == "413-chunked")
-        status = 413
-    else:
-        got, out = ending.post(path, body, raw=raw)
-    assert got == status, out
-    err = out["error"]
-    assert isinstance(err["message"], str) and err["message"] and "type" in err
-    assert ending.get("/health")[0] == 200
-
-
-def _big_body(server, path, raw, *, chunked):
-    """A body over the limit: announced by Content-Length (answered before it is sent), or
-    sent in chunks with no length (answered once the limit is crossed)."""
-    import http.client
-
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
-    try:
-        conn.putrequest("POST", path)
-        conn.putheader("Content-Type", "application/json")
-        if chunked:
-            conn.putheader("Transfer-Encoding", "chunked")
-            conn.endheaders()
-            try:
-                for i in range(0, len(raw), 1 << 16):
-                    part = raw[i:i + (1 << 16)]
-                    conn.send(b"%x\r\n%s\r\n" % (len(part), part))
-                conn.send(b"0\r\n\r\n")
-            except OSError:   # the server answered and closed before the end
-                pass
-        else:
-            conn.putheader("Content-Length", str(len(raw)))
-            conn.endheaders()
-        r = conn.getresponse()
-        return r.status, json.loads(r.read())
-    finally:
-        conn.close()
-
-
-def test_bad_paths_and_methods(ending):
-    status, out = ending.get("/v1/nothing")
-    assert status == 404 and out["error"]["message"]
-    status, out = ending.get("/v1/completions")
-    assert status == 405 and out["error"]["message"]
-
-
-def test_errors_through_the_client(ending):
-    c = ending.client()
-    with pytest.raises(openai.NotFoundError) as e:
-        c.chat.completions.create(model="gpt-9", messages=HELLO)
-    assert e.value.code == "model_not_found"
-    with pytest.raises(openai.BadRequestError):
-        c.chat.completions.create(model="tiny", messages=HELLO, n=99)
-    with pytest.raises(openai.APIStatusError) as e:
-        c.completions.create(model="tiny", prompt="x" * 600)
-    assert e.value.status_code == 413 and e.value.code == "context_length_exceeded"
-    assert c.chat.completions.create(model="tiny", messages=HELLO,
-                                     temperature=0).choices[0].message.content == REPLY
-
-
-def _asking_value(neutral):
-    """A value of a refused field that asks for something (none of its no-op values)."""
-    if not neutral:
-        return "x"
-    n = neutral[0]
-    if isinstance(n, bool):
-        return not n
-    if isinstance(n, (int, float)):
-        return max(neutral) + 1
-    return {str: "x-other", list: ["x"], dict: {"type": "json_object"}}[type(n)]
-
-
-def test_refused_fields_through_extra_body(ending):
-    """Every field of vLLM's, llama-server's and llama-cpp-python's requests that specdec does
-    not honour gets a 400 naming it, on both endpoints; its no-op values and unknown fields
-    are accepted."""
-    from specdec.refused import REFUSED
-
-    c = ending.client()
-    for name, (neutral, _) in REFUSED.items():
-        extra = {name: _asking_value(neutral)}
-        with pytest.raises(openai.BadRequestError) as e:
-            c.chat.completions.create(model="tiny", messages=HELLO, max_tokens=2,
-                                      extra_body=extra)
-        assert e.value.param == name and f"'{name}'" in e.value.message, (name, e.value)
-        assert e.value.code == "unsupported_parameter"
-        with pytest.raises(openai.BadRequestError) as e:
-            c.completions.create(model="tiny", prompt="x", max_tokens=2, extra_body=extra)
-        assert e.value.param == name, (name, e.value)
-    neutral = {name: row[0][0] for name, row in REFUSED.items() if row[0]}
-    r = c.chat.completions.create(model="tiny", messages=HELLO, temperature=0,
-                                  extra_body=dict(neutral, some_field_nobody_defines=1))
-    assert r.choices[0].message.content == REPLY
-    assert ending.get("/health")[0] == 200
 
 
 def test_penalties_and_logit_bias(ending, models):

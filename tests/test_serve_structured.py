@@ -12,7 +12,7 @@ pydantic = pytest.importorskip("pydantic")
 pytest.importorskip("starlette")
 pytest.importorskip("llguidance")
 
-from test_serve import QWEN, Server   # noqa: E402
+from serve_server import QWEN, Server   # noqa: E402
 
 from specdec.testing.chat import write_tiny_chat   # noqa: E402
 
