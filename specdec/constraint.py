@@ -27,6 +27,18 @@ if TYPE_CHECKING:
 #: model's schema says nothing of them, and a model would go on inventing keys).
 JSON_OPTIONS: Dict[str, Any] = {"whitespace_flexible": False, "item_separator": ", ",
                                 "key_separator": ": "}
+#: the most rules (terminals included) a grammar may define. llguidance's compiler recurses
+#: along chains of rules on the stack of the thread that builds the matcher, about 2.5 KB a
+#: link: a GBNF chain of 5000 rules (``r0 ::= r1 | "a"`` ...) overflowed a main thread's 8 MB
+#: and the process died of SIGSEGV; and llguidance's GBNF converter takes time quadratic in
+#: the rules (about 3 s for 2000 on a shared 2-core machine, minutes for 20000)
+MAX_GRAMMAR_RULES = 2000
+#: the stack of the thread that builds a matcher: MAX_GRAMMAR_RULES links a dozen times over,
+#: whatever stack the caller's thread has
+_BUILD_STACK = 64 << 20
+#: a rule's or a terminal's definition in llguidance's Lark (``?name.2: ...``, ``NAME: ...``)
+_LARK_RULE = re.compile(r"^[ \t]*[?!]?[A-Za-z_]\w*(?:\.-?\d+)?[ \t]*(?:\{[^}\n]*\})?[ \t]*:",
+                        re.M)
 
 
 @dataclass(frozen=True)
@@ -79,8 +91,11 @@ class Constraint:
         llg = _llguidance()
         kind, value = self.kind, getattr(self, self.kind)
         if kind == "json_schema":
-            return llg.LLMatcher.grammar_from_json_schema(_closed(schema_dict(value)),
-                                                          defaults=dict(JSON_OPTIONS))
+            try:
+                schema = _closed(schema_dict(value))
+            except RecursionError:
+                raise ValueError("json_schema is nested too deeply") from None
+            return llg.LLMatcher.grammar_from_json_schema(schema, defaults=dict(JSON_OPTIONS))
         if kind == "choices":
             if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) or not value:
                 raise ValueError("choices must be a non-empty list of strings")
@@ -100,15 +115,22 @@ class Constraint:
             return llg.LLMatcher.grammar_from_regex(value)
         if kind == "grammar":
             from llguidance.gbnf_to_lark import any_to_lark
+            _check_rules(kind, value.count("::="))     # before the converter's time
             try:
                 value = _group_stacked_quantifiers(any_to_lark(value))
             except Exception as e:
                 raise ValueError(f"bad GBNF grammar: {e}") from None
+        _check_rules(kind, len(_LARK_RULE.findall(value)))
         return llg.LLMatcher.grammar_from_lark(value)
 
     def compile(self, model: "Model") -> "Grammar":
         """For ``model``'s vocabulary (checked when a matcher is made: ``Grammar.state``)."""
         return Grammar(self.kind, self.llguidance_grammar(), tokenizer(model), model)
+
+
+def _check_rules(kind: str, n_rules: int) -> None:
+    if n_rules > MAX_GRAMMAR_RULES:
+        raise ValueError(f"the {kind} defines {n_rules} rules; at most {MAX_GRAMMAR_RULES}")
 
 
 def _check_text(kind: str, text: str) -> None:
@@ -223,8 +245,7 @@ class Grammar:
         """A fresh ``GrammarState`` (the matcher at the start of the output); a
         ``ValueError`` for a grammar llguidance refuses, or one no output can match."""
         from ._grammar import GrammarState
-        llg = _llguidance()
-        m = llg.LLMatcher(self._tok, self.text, log_level=0)
+        m = _build_matcher(self._tok, self.text)
         if m.is_error():
             raise ValueError(f"bad {self.kind}: {m.get_error()}")
         st = GrammarState(m, self._n_vocab, self._eos)
@@ -233,6 +254,33 @@ class Grammar:
         except ValueError as e:
             raise ValueError(f"bad {self.kind}: {e}") from None
         return st
+
+
+_stack_lock = threading.Lock()
+
+
+def _build_matcher(tok: Any, text: str) -> Any:
+    """llguidance's matcher of ``text``, built on a thread of its own with a stack of
+    ``_BUILD_STACK`` (its compiler recurses along chains of rules; see MAX_GRAMMAR_RULES)."""
+    llg = _llguidance()
+    out: List[Any] = []
+
+    def build() -> None:
+        try:
+            out.append(llg.LLMatcher(tok, text, log_level=0))
+        except BaseException as e:     # handed to the caller's thread
+            out.append(e)
+    thread = threading.Thread(target=build, name="specdec-grammar-build", daemon=True)
+    with _stack_lock:                  # the stack size is the process's setting for new threads
+        old = threading.stack_size(_BUILD_STACK)
+        try:
+            thread.start()
+        finally:
+            threading.stack_size(old)
+    thread.join()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 def _llguidance() -> Any:
