@@ -1,21 +1,13 @@
 # Part of _core (included by _core.pyx): Context, llama.cpp's memory and decode outputs.
-# Long because it is one cdef class, which Cython cannot split across files (over 600 lines); what
-# is not a method lives apart (_context_params.pxi, _lazy_head.pxi, _views.pxi).
-
-#: the decode watchdog (Context.decode_timeout = 0): a decode may take this many times what
-#: the context's slowest decode so far would take for its tokens, and at least WATCHDOG_MIN_S;
-#: before any decode has finished, WATCHDOG_FIRST_S. Checked between graph nodes.
-cdef double WATCHDOG_FACTOR = 100.0
-cdef double WATCHDOG_MIN_S = 30.0
-cdef double WATCHDOG_FIRST_S = 600.0
-
-
-cdef cbool _abort_cb(void * data) noexcept nogil:
-    return sd_stop_now(<const sd_stop_flag *> data)
-
-
-cdef cbool _load_progress(float progress, void * data) noexcept nogil:
-    return not sd_stop_now(<const sd_stop_flag *> data)
+#
+# One cdef class, which Cython cannot split across files (``include`` is refused in a class
+# body): this file holds its face (every method with its docstring, the settings, the hot
+# ``nogil`` reads of outputs), and the work of the longer methods lives in free functions
+# taking the context, one file a concern: opening (_context_open.pxi; its parameters,
+# _context_params.pxi), running a batch (_context_decode.pxi), the memory and its checkpoints
+# (_context_memory.pxi), the hidden rows drafts read (_context_hidden.pxi), decoding every
+# batch shape (_batch_shapes.pxi), the stop flag and the watchdog (_stop.pxi), the lazy LM head
+# (_lazy_head.pxi) and the output views (_views.pxi).
 
 
 # __dealloc__ frees through self.model (remote or local, and the model must outlive it):
@@ -87,107 +79,9 @@ cdef class Context:
                  mtp_hidden=None, flash_attn=None, swa_full=True, kv_unified=None,
                  n_outputs_max=0, bint lazy_logits=False, bint batch_invariant=False,
                  offload_kqv=None, Context other=None):
-        if self.ctx != NULL:
-            raise RuntimeError("Context is already initialised")
-        model._alive()
-        cdef llama_context_params p = _context_params(
-            model, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch, n_seq_max, kind,
-            n_rollback, mtp_hidden, flash_attn, swa_full, kv_unified, n_outputs_max, lazy_logits,
-            batch_invariant, offload_kqv)
-        n_rollback = p.n_rs_seq
-        n_threads = p.n_threads
-        n_outputs_max = p.n_outputs_max
-        cdef bint is_mtp = p.ctx_type == LLAMA_CONTEXT_TYPE_MTP
-        if other is not None:
-            if model.arch not in LAYER_DRAFT_ARCHS | BLOCK_DRAFT_ARCHS:
-                raise ValueError(f"other= is for draft models that borrow the target's "
-                                 f"embeddings and LM head "
-                                 f"({sorted(LAYER_DRAFT_ARCHS | BLOCK_DRAFT_ARCHS)}), not "
-                                 f"{model.arch!r}")
-            other._alive()
-            p.ctx_other = other.ctx
-        p.abort_callback = _abort_cb
-        p.abort_callback_data = <void *> &self._stop
-        if lazy_logits:
-            self._head.enabled = True
-            self._head_installed = True
-            self._head.batch_invariant = batch_invariant
-            self._head.n_threads = n_threads
-            p.cb_eval = sd_lm_head_cb
-            p.cb_eval_user_data = <void *> self._head
-        _clear_recent()
-        cdef string why
-        cdef int rrc = SD_REMOTE_OK
-        cdef bint remote = model.is_remote
-        with nogil:
-            if remote:
-                rrc = sd_remote_init(model.model, p, &self.ctx, model._timeout, why)
-            else:
-                self.ctx = sd_init_from_model(model.model, p)
-        if rrc != SD_REMOTE_OK:
-            self.ctx = NULL
-            model._remote_failed(rrc, why, "context creation")
-        _raise_abort("creating the context")
-        if self.ctx == NULL:
-            why_s = _recent_errors()
-            raise ValueError("failed to create the context" + (f": {why_s}" if why_s else ""))
-        why_graph = sd_check_graph(self.ctx, _computable_types())
-        if not why_graph.empty():
-            self._free_ptr(self.ctx)
-            self.ctx = NULL
-            raise GGUFError(f"model {os.path.basename(model.path or '')} cannot be computed: "
-                            f"{why_graph.decode('utf-8', 'replace')}")
-        self.model = model
-        self.other = other
-        self.backends = [b.decode("utf-8", "replace") for b in sd_backend_names(self.ctx)]
-        self.swa_full = bool(swa_full)
-        self.kv_unified = p.kv_unified
-        self.invariant_rows = 0
-        if batch_invariant:
-            # the CPU's kernels are made batch-invariant here; a GPU's and RPC servers' follow
-            # their own rules: check_batch_invariance() finds out, and invariant_rows stays 0
-            # (not known) until it has
-            self.invariant_rows = 0 if sd_set_cpu_ref_kernels(self.ctx, True) else -1
-        self.batch_invariant = batch_invariant
-        self.mem = llama_get_memory(self.ctx)
-        # llama.cpp allocates whole multiples of 256 positions; the context holds what was asked
-        self.n_ctx = min(llama_n_ctx(self.ctx), n_ctx)
-        self.n_ctx_seq = min(llama_n_ctx_seq(self.ctx),
-                             n_ctx if p.kv_unified else n_ctx // n_seq_max)
-        self.n_batch = llama_n_batch(self.ctx)
-        self.n_ubatch = llama_n_ubatch(self.ctx)
-        self.n_seq_max = llama_n_seq_max(self.ctx)
-        self.n_rollback = llama_n_rs_seq(self.ctx)
-        self._seq_ntok = vector[int32_t](self.n_seq_max, 0)
-        self.n_threads = n_threads
-        self.is_mtp = is_mtp
-        self.n_vocab = model.n_vocab
-        self._n_embd_in = model.n_embd_out if is_mtp else llama_model_n_embd_inp(model.model)
-        self._needs_rollback_guard = (model.is_recurrent or model.is_hybrid) and not is_mtp
-        # one KV stream of an attention-only target: llama.cpp's split_simple, batch order
-        self._lazy_multi = ((p.kv_unified or self.n_seq_max == 1) and mtp_hidden is None
-                            and not (model.is_recurrent or model.is_hybrid))
-        self._rollback_trim = self._rollback_trim_possible()
-        self._interleaved_ref = sd_flash_attn(self.ctx) and not batch_invariant
-        self._rollback_budget = vector[int32_t](self.n_seq_max, 0)
-        self._last_n_tokens = 0
-        self._mtp_hidden = 0
-        self._n_feat = (len(model.target_layers) * model.n_embd
-                        if model.arch in BLOCK_DRAFT_ARCHS else 0)
-        self.causal_attn = True
-        # llama.cpp asserts a decode's outputs fit n_outputs_max (0: n_batch; encoders: n_batch)
-        self._n_outputs_max = (n_outputs_max if n_outputs_max > 0
-                               and not llama_model_has_encoder(model.model) else self.n_batch)
-        if self.n_rollback > 0 and self.n_ubatch <= self.n_rollback + 1:
-            raise ValueError(f"n_rollback={self.n_rollback} needs n_ubatch >= "
-                             f"{self.n_rollback + 2}, "
-                             f"llama.cpp made n_ubatch={self.n_ubatch}")
-        if n_rollback > 0 and self.n_rollback != n_rollback:
-            raise ValueError(f"llama.cpp kept n_rollback={self.n_rollback}, not {n_rollback}")
-        if is_mtp:
-            self.set_mtp_hidden(mtp_hidden or "masked")
-        elif mtp_hidden is not None:
-            self.set_mtp_hidden(mtp_hidden)
+        _open_context(self, model, n_ctx, n_batch, n_ubatch, n_threads, n_threads_batch,
+                      n_seq_max, kind, n_rollback, mtp_hidden, flash_attn, swa_full, kv_unified,
+                      n_outputs_max, lazy_logits, batch_invariant, offload_kqv, other)
 
     def __dealloc__(self):
         if self.ctx != NULL:
@@ -282,24 +176,7 @@ cdef class Context:
 
     def set_mtp_hidden(self, mode):
         """Hidden states for MTP: None (off), "masked" (output rows) or "dense" (every row)."""
-        self._alive()
-        if mode not in (None, "masked", "dense"):
-            raise ValueError(f"mode must be None, 'masked' or 'dense', got {mode!r}")
-        if mode is not None:
-            _check_mtp_model(self.model, False)
-            if self._head.enabled and self.model.arch not in LAZY_MTP_ARCHS:
-                raise ValueError(f"MTP hidden states and lazy_logits go together only on "
-                                 f"{sorted(LAZY_MTP_ARCHS)}")
-        # most of llama.cpp's MTP graphs keep every row in h_nextn, so "masked" on their MTP
-        # context is only right when every row is an output and "dense" is right for mixed
-        # batches; the pruned ones keep only the output rows, which "masked" reads
-        if self.is_mtp and mode is None:
-            raise ValueError("an MTP context always outputs its hidden states")
-        if self.is_mtp and mode == "dense" and self.model.arch in MTP_PRUNED_ARCHS:
-            raise ValueError(f"{self.model.arch}'s MTP graph keeps hidden states of output rows "
-                             "only: its MTP context reads them with mtp_hidden='masked'")
-        self._mtp_hidden = 0 if mode is None else (1 if mode == "masked" else 2)
-        llama_set_embeddings_nextn(self.ctx, mode is not None, mode == "masked")
+        _set_mtp_hidden(self, mode)
 
     @property
     def mtp_hidden(self):
@@ -404,31 +281,6 @@ cdef class Context:
         rows they computed (a pass reads every weight row once, whatever rows ride along)."""
         return (self._head.n_passes, self._head.n_whole)
 
-    cdef double _watchdog_limit(self, int n) noexcept:
-        """Seconds a decode of ``n`` tokens may run: ``decode_timeout`` when set, else
-        WATCHDOG_FACTOR times what this context's slowest decode so far would take (at least
-        WATCHDOG_MIN_S), or WATCHDOG_FIRST_S before any decode has finished."""
-        if self.decode_timeout > 0:
-            return self.decode_timeout
-        if self._s_per_token <= 0:
-            return WATCHDOG_FIRST_S
-        return max(WATCHDOG_MIN_S, WATCHDOG_FACTOR * self._s_per_token * n)
-
-    cdef double _arm_watchdog(self, int n) noexcept:
-        cdef double t = sd_monotonic_s()
-        self._stop.deadline = t + self._watchdog_limit(n) if self.decode_timeout >= 0 else 0
-        return t
-
-    cdef double _disarm_watchdog(self, double t_start, int n, int rc) noexcept:
-        """Learn this decode's rate; returns the limit when the watchdog stopped it, else 0."""
-        cdef double dt = sd_monotonic_s() - t_start
-        cdef double limit = self._stop.deadline - t_start
-        cdef bint hit = rc != 0 and self._stop.deadline > 0 and sd_past_deadline(&self._stop)
-        self._stop.deadline = 0
-        if rc == 0 and n > 0:
-            self._s_per_token = max(self._s_per_token, dt / n)
-        return limit if hit else 0
-
     def interrupt(self):
         """Ask a running decode to stop (safe from any thread); it raises ``KeyboardInterrupt``.
         A SIGINT (Ctrl-C) stops a decode on the main thread the same way, between graph nodes."""
@@ -436,150 +288,10 @@ cdef class Context:
 
     # --- decode -----------------------------------------------------------------------
 
-    cdef int _check_batch(self, Batch batch) except -1:
-        """What llama.cpp would assert on (in its compute threads, beyond any handler), refused
-        here; counts each sequence's tokens into ``_seq_ntok``. Returns the output rows."""
-        cdef int n = batch.b.n_tokens
-        cdef int i, k, n_out = 0
-        cdef llama_seq_id s
-        cdef llama_pos p
-        if n <= 0:
-            raise ValueError("cannot decode an empty batch")
-        if n > self.n_batch:
-            raise ValueError(f"batch of {n} tokens exceeds n_batch={self.n_batch}")
-        if self.is_mtp or self.model.arch in LAYER_DRAFT_ARCHS:
-            if batch.n_embd != self._n_embd_in:
-                raise ValueError(f"an MTP or EAGLE-3 draft context needs batches with a token "
-                                 f"and a hidden row of {self._n_embd_in} floats per entry "
-                                 f"(Batch(n_embd=...)), got n_embd={batch.n_embd}")
-        elif batch.n_embd != 0 and batch.n_embd != self._n_feat:
-            raise ValueError("this context decodes token batches; the batch carries embedding rows"
-                             + (f" of {batch.n_embd} floats, not feature rows of {self._n_feat}"
-                                if self._n_feat else ""))
-        if not self.causal_attn and n > self.n_ubatch:
-            raise ValueError(f"with non-causal attention a decode takes at most n_ubatch="
-                             f"{self.n_ubatch} tokens, got {n}")
-        cdef bint feats = self._n_feat > 0 and batch.n_embd == self._n_feat
-        for s in range(self.n_seq_max):
-            self._seq_ntok[s] = 0
-        for i in range(n):
-            n_out += batch.b.logits[i] != 0
-            if not feats and (batch.b.token[i] < 0 or batch.b.token[i] >= self.n_vocab):
-                raise ValueError(f"token id {batch.b.token[i]} at batch index {i} out of range "
-                                 f"[0, {self.n_vocab})")
-            p = batch.b.pos[i]
-            if p < 0:
-                raise ValueError(f"negative position {p} at batch index {i}")
-            if batch.b.n_seq_id[i] < 1 or batch.b.n_seq_id[i] > self.n_seq_max:
-                raise ValueError(f"batch index {i} has {batch.b.n_seq_id[i]} sequence ids")
-            for k in range(batch.b.n_seq_id[i]):
-                s = batch.b.seq_id[i][k]
-                if s < 0 or s >= self.n_seq_max:
-                    raise ValueError(f"sequence id {s} out of range [0, {self.n_seq_max})")
-                if p >= self.n_ctx_seq:
-                    raise ContextFullError(f"position {p} of sequence {s} is past the context "
-                                           f"size n_ctx={self.n_ctx_seq}")
-                self._seq_ntok[s] += 1
-        if n_out > self._n_outputs_max:
-            raise ValueError(f"the batch asks for {n_out} output rows; this context holds at most "
-                             f"{self._n_outputs_max} (n_outputs_max)")
-        return n_out
-
     cdef int decode_c(self, Batch batch, bint grammar=False) except -1:
         """Validate, decode with the GIL released, record which rows have outputs.
         ``grammar``: the batch holds rows a grammar masks (``set_lazy_head``)."""
-        self._alive()
-        cdef int n = batch.b.n_tokens
-        cdef int n_out = self._check_batch(batch)
-        cdef int i, k, n_seqs_in = 0, most = 0
-        cdef llama_seq_id s
-        for s in range(self.n_seq_max):
-            n_seqs_in += self._seq_ntok[s] > 0
-            most = max(most, self._seq_ntok[s])
-        _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in, self._lazy_multi, grammar)
-        self._lazy = False
-        # the snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
-        cdef bint trim = self._rollback_trim
-        cdef uint32_t n_trim = <uint32_t>min(self.n_rollback, most - 1)
-        cdef bint remote = self.model.is_remote
-        # rows of 3+ sequences, none of them a tile's worth, in ubatches of a tile or more: the
-        # tiled attention would compute each tile against all their KV (see _batch_invariant.h)
-        cdef bint ref = (self._interleaved_ref and n_seqs_in >= 3 and most < SD_FA_TILE_Q
-                         and min(n, self.n_ubatch) >= SD_FA_TILE_Q)
-        cdef double timeout = self.model._timeout
-        cdef int rrc = SD_REMOTE_OK
-        cdef string why
-        cdef int32_t rc = 0
-        cdef double t_start, timed_out
-        # a DFlash draft's feature rows go in alone: llama.cpp reads a batch with tokens as tokens
-        cdef llama_batch b = batch.b
-        if self._n_feat > 0 and batch.n_embd == self._n_feat:
-            b.token = NULL
-        self._enter()
-        try:
-            self._stop.requested = False
-            t_start = self._arm_watchdog(n)
-            _stop_begin(&self._stop)
-            with nogil:
-                if remote:
-                    rrc = sd_remote_decode(self.ctx, b, trim, n_trim, self.n_rollback, &rc,
-                                           timeout, why)
-                else:
-                    if trim:
-                        sd_set_graph_n_rs_seq(self.ctx, n_trim)
-                    if ref:
-                        sd_set_cpu_ref_kernels(self.ctx, True)
-                    rc = sd_decode(self.ctx, b)
-                    if ref:
-                        sd_set_cpu_ref_kernels(self.ctx, False)
-                    if trim:
-                        sd_set_graph_n_rs_seq(self.ctx, <uint32_t>self.n_rollback)
-        finally:
-            _stop_end(&self._stop)
-            self._leave()
-        timed_out = self._disarm_watchdog(t_start, n, rc)
-        # the outputs of the previous decode are gone, whatever this one did
-        self._last_n_tokens = 0
-        self._out_row.clear()
-        if rrc != SD_REMOTE_OK:
-            self.model._remote_failed(rrc, why, "a decode")
-        self._check_abort("decode")
-        if rc != 0:
-            for s in range(self.n_seq_max):
-                self._rollback_budget[s] = 0
-            if rc == 1:
-                raise ContextFullError(f"no room in the KV cache for {n} tokens (n_ctx={self.n_ctx})")
-            if rc == 2 and timed_out:
-                raise DecodeTimeoutError(
-                    f"a decode of {n} tokens ran past the watchdog's {timed_out:.3g} s and was "
-                    "stopped (Context.decode_timeout)")
-            if rc == 2:
-                # Ctrl-C: Python raises its KeyboardInterrupt here; interrupt(): ours
-                requested = self._stop.requested
-                self._stop.requested = False
-                if not requested:
-                    _raise_pending()
-                raise KeyboardInterrupt("decode interrupted")
-            why_s = _recent_errors()
-            raise DecodeError(f"llama_decode failed ({rc})" + (f": {why_s}" if why_s else ""))
-        self._lazy = _lazy_head_finish(self._head, n_out, self.n_vocab) == 1
-        self._last_n_tokens = n
-        self.n_decodes += 1
-        if n != self._shape_rows or n_out != self._shape_out or most != self._shape_most:
-            self.n_shape_changes += 1
-            self._shape_rows, self._shape_out, self._shape_most = n, n_out, most
-        self._layer_inp_ok = not self._layer_inp.empty()
-        self._out_row.resize(n)
-        k = 0
-        for i in range(n):
-            self._out_row[i] = k if batch.b.logits[i] else -1
-            k += batch.b.logits[i] != 0
-        for s in range(self.n_seq_max):
-            self._rollback_budget[s] = (min(self.n_rollback, self._seq_ntok[s] - 1)
-                                        if self._seq_ntok[s] > 0 else 0)
-        if _pending:
-            _raise_pending()
-        return 0
+        return _decode(self, batch, grammar)
 
     def decode(self, Batch batch not None):
         """Decode a batch (GIL released). Outputs are readable until the next decode."""
@@ -667,27 +379,7 @@ cdef class Context:
         EAGLE-3 drafts read them (llama.cpp: ``llama_set_embeddings_layer_inp``). Only
         architectures whose graph hands them out can (``LAYER_INPUT_ARCHS``): on the others
         llama.cpp would abort building the graph."""
-        self._alive()
-        ids = tuple(layers or ())
-        for lid in ids:
-            if isinstance(lid, bool) or not isinstance(lid, (int, np.integer)):
-                raise TypeError(f"layer ids must be ints, got {lid!r}")
-        if ids:
-            if self.is_mtp or self.model.arch not in LAYER_INPUT_ARCHS:
-                raise ValueError(f"architecture {self.model.arch!r} does not hand out its layer "
-                                 f"inputs in llama.cpp (those that do: {sorted(LAYER_INPUT_ARCHS)})")
-            bad = [lid for lid in ids if not 0 <= lid < self.model.n_layer]
-            if bad:
-                raise ValueError(f"layer ids {bad} do not exist in the target, which has "
-                                 f"{self.model.n_layer} layers (0..{self.model.n_layer - 1})")
-        cdef int32_t lid_c
-        for lid_c in self._layer_inp:
-            llama_set_embeddings_layer_inp(self.ctx, <uint32_t>lid_c, False)
-        self._layer_inp.clear()
-        for lid in dict.fromkeys(ids):
-            llama_set_embeddings_layer_inp(self.ctx, <uint32_t>lid, True)
-            self._layer_inp.push_back(lid)
-        self._layer_inp_ok = False
+        _set_layer_inputs(self, layers)
 
     @property
     def layer_inputs(self) -> tuple:
@@ -697,59 +389,12 @@ cdef class Context:
     def layer_input_rows(self, layer):
         """The last decode's input to ``layer``: a read-only (rows, n_embd) view, one row per
         batch entry, valid until the next decode."""
-        layer = _int_arg("layer", layer, I32_MIN, I32_MAX)
-        self._alive()
-        if layer not in tuple(self._layer_inp):
-            raise ValueError(f"layer {layer}'s inputs are not kept: set_layer_inputs first")
-        cdef float * p = self.layer_inp_c(layer, 0)
-        if p == NULL:
-            raise IndexError("no decode since the layer inputs were turned on")
-        return _view(self, p, self._last_n_tokens, self.model.n_embd)
+        return _layer_input_rows(self, layer)
 
     cdef int encode_c(self, Batch batch) except -1:
         """Run a draft model's encoder (EAGLE-3: target features in, ``g`` rows out as the
         dense MTP hidden rows) over ``batch``'s embedding rows, GIL released."""
-        self._alive()
-        if self.model.arch not in LAYER_DRAFT_ARCHS:
-            raise ValueError(f"encode runs the encoder of {sorted(LAYER_DRAFT_ARCHS)} drafts, "
-                             f"not of {self.model.arch!r}")
-        cdef int n = batch.b.n_tokens
-        cdef int width = len(self.model.target_layers) * self.model.target_hidden_size
-        if batch.n_embd != width:
-            raise ValueError(f"the encoder takes rows of {width} floats (target layers x target "
-                             f"hidden size), the batch has {batch.n_embd}")
-        if not 1 <= n <= self.n_ubatch:
-            raise ValueError(f"an encode takes 1..{self.n_ubatch} rows (n_ubatch), got {n}")
-        if self._mtp_hidden != 2:
-            raise ValueError("the encoder's rows come out as MTP hidden rows: "
-                             "set_mtp_hidden('dense') first")
-        cdef llama_batch eb = batch.b
-        eb.token = NULL     # features only
-        cdef int32_t rc = 0
-        cdef double t_start, timed_out
-        self._head.active = False   # the encoder graph has no LM head to stop at
-        self._lazy = False
-        self._enter()
-        t_start = self._arm_watchdog(n)
-        try:
-            with nogil:
-                rc = sd_encode(self.ctx, eb)
-        finally:
-            self._leave()
-        timed_out = self._disarm_watchdog(t_start, n, rc)
-        self._last_n_tokens = 0
-        self._out_row.clear()
-        self._check_abort("encode")
-        if timed_out and rc != 0:
-            raise DecodeTimeoutError(f"an encode of {n} rows ran past the watchdog's "
-                                     f"{timed_out:.3g} s and was stopped")
-        if rc != 0:
-            why_s = _recent_errors()
-            raise DecodeError(f"llama_encode failed ({rc})" + (f": {why_s}" if why_s else ""))
-        self._last_n_tokens = n
-        self._out_row.assign(n, -1)     # hidden rows only, no logits
-        self.n_encodes += 1
-        return 0
+        return _encode(self, batch)
 
     def encode(self, Batch batch not None):
         """Run the draft encoder over ``batch``'s embedding rows (see ``encode_c``)."""
@@ -777,68 +422,18 @@ cdef class Context:
 
     def mtp_hidden_row(self, i=-1):
         """The hidden state for MTP of batch entry ``i``: a read-only view."""
-        i = _int_arg('i', i, I32_MIN, I32_MAX)
-        if self._mtp_hidden == 0:
-            raise ValueError("MTP hidden states are off: set_mtp_hidden('masked' or 'dense') "
-                             "first")
-        i = self._row_index(i, "logits" if self._mtp_hidden == 1 else "mtp_hidden")
-        cdef float * p = self.mtp_hidden_c(i)
-        if p == NULL:
-            raise IndexError(f"no MTP hidden state for batch index {i}")
-        return _view(self, p, -1, self.model.n_embd_out)
+        return _mtp_hidden_row(self, i)
 
     def mtp_hidden_rows(self):
         """Every MTP hidden row of the last decode as one (rows, n_embd) view (dense: one per
         entry)."""
-        if self._mtp_hidden == 0:
-            raise ValueError("MTP hidden states are off")
-        self._alive()
-        cdef int rows = self._last_n_tokens
-        cdef int i
-        if self._mtp_hidden == 1:
-            rows = 0
-            for i in range(self._last_n_tokens):
-                rows += self._out_row[i] >= 0
-        if rows == 0:
-            raise IndexError("the last decode produced no MTP hidden rows")
-        cdef float * p = llama_get_embeddings_nextn(self.ctx)
-        if p == NULL:
-            raise IndexError("no MTP hidden states")
-        return _view(self, p, rows, self.model.n_embd_out)
+        return _mtp_hidden_rows(self)
 
     # --- memory -----------------------------------------------------------------------
 
-    cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1:
-        if allow_all and seq == -1:
-            return 0
-        if seq < 0 or seq >= self.n_seq_max:
-            raise ValueError(f"sequence id {seq} out of range [0, {self.n_seq_max})")
-        return 0
-
     cdef int seq_rm_c(self, llama_seq_id seq, llama_pos p0, llama_pos p1) except -1:
         """Remove positions [p0, p1) of ``seq``; 1 if done, 0 if llama.cpp refused."""
-        self._alive()
-        self._check_seq(seq, True)
-        cdef llama_pos pmax
-        cdef int rollback, s
-        cdef int s0 = 0 if seq == -1 else seq
-        cdef int s1 = self.n_seq_max if seq == -1 else seq + 1
-        if self._needs_rollback_guard and p0 > 0 and p1 < 0:
-            # partial removal of a recurrent state: only the last decode, by its snapshots
-            for s in range(s0, s1):
-                pmax = llama_memory_seq_pos_max(self.mem, s)
-                rollback = pmax - (p0 - 1)
-                if rollback > 0 and rollback > self._rollback_budget[s]:
-                    raise ValueError(
-                        f"cannot roll sequence {s} back by {rollback} tokens: the last decode "
-                        f"allows {self._rollback_budget[s]} (n_rollback={self.n_rollback}, only "
-                        "the tokens of the last decode, once)")
-        cdef bint ok = sd_memory_seq_rm(self.mem, seq, p0, p1)
-        self._check_abort("seq_rm")
-        if ok and self._needs_rollback_guard:
-            for s in range(s0, s1):
-                self._rollback_budget[s] = 0
-        return 1 if ok else 0
+        return _seq_rm(self, seq, p0, p1)
 
     def seq_rm(self, seq, p0=-1, p1=-1) -> bool:
         """Remove positions [p0, p1) (negative = open) of ``seq`` (-1: every sequence)."""
@@ -852,37 +447,10 @@ cdef class Context:
             self._leave()
 
     def seq_cp(self, src, dst, p0=-1, p1=-1):
-        src = _int_arg('src', src, I32_MIN, I32_MAX)
-        dst = _int_arg('dst', dst, I32_MIN, I32_MAX)
-        p0 = _int_arg('p0', p0, I32_MIN, I32_MAX)
-        p1 = _int_arg('p1', p1, I32_MIN, I32_MAX)
-        self._alive()
-        self._check_seq(src, False)
-        self._check_seq(dst, False)
-        if self._needs_rollback_guard and (p0 >= 0 or p1 >= 0):
-            raise ValueError("recurrent state can only be copied whole (p0 = p1 = -1)")
-        if self.n_seq_max > 1 and src != dst and (p0 > 0 or 0 < p1 < llama_n_ctx_seq(self.ctx) - 1):
-            # with one KV stream per sequence llama.cpp aborts on a partial cross-stream copy
-            # (its test: the range must cover the stream's whole allocated size)
-            raise ValueError("with several sequences only whole sequences can be copied "
-                             "(p0 = p1 = -1)")
-        self._enter()
-        try:
-            sd_memory_seq_cp(self.mem, src, dst, p0, p1)
-        finally:
-            self._leave()
-        self._check_abort("seq_cp")
+        _seq_cp(self, src, dst, p0, p1)
 
     def seq_keep(self, seq):
-        seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
-        self._alive()
-        self._check_seq(seq, False)
-        self._enter()
-        try:
-            sd_memory_seq_keep(self.mem, seq)
-        finally:
-            self._leave()
-        self._check_abort("seq_keep")
+        _seq_keep(self, seq)
 
     cdef llama_pos pos_max_c(self, llama_seq_id seq) noexcept nogil:
         if self.ctx == NULL:        # closed, or freed after an abort: it holds nothing
@@ -899,78 +467,27 @@ cdef class Context:
         the first the window layers hold)."""
         seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         self._alive()
-        self._check_seq(seq, False)
+        _check_seq(self, seq, False)
         return llama_memory_seq_pos_min(self.mem, seq)
 
     def seq_pos_max(self, seq) -> int:
         """The last position held for ``seq``, -1 when empty."""
         seq = _int_arg('seq', seq, I32_MIN, I32_MAX)
         self._alive()
-        self._check_seq(seq, False)
+        _check_seq(self, seq, False)
         return llama_memory_seq_pos_max(self.mem, seq)
 
     def clear(self, bint data=True):
         """Forget every sequence."""
-        self._alive()
-        cdef string why
-        cdef int rrc = SD_REMOTE_OK
-        self._enter()
-        try:
-            if self.model.is_remote:
-                with nogil:
-                    rrc = sd_remote_clear(self.ctx, data, self.model._timeout, why)
-                self.model._remote_failed(rrc, why, "clearing the memory")
-            else:
-                sd_memory_clear(self.mem, data)
-            for s in range(self.n_seq_max):
-                self._rollback_budget[s] = 0
-            self._last_n_tokens = 0
-        finally:
-            self._leave()
-        self._check_abort("clear")
+        _clear(self, data)
 
     # --- checkpoints ------------------------------------------------------------------
 
     cdef int save_state_c(self, llama_seq_id seq, uint32_t flags, vector[uint8_t] & out) except -1:
-        self._alive()
-        self._check_seq(seq, False)
-        cdef size_t n = sd_state_seq_get_size(self.ctx, seq, flags)
-        self._check_abort("save_state")
-        out.resize(n)
-        cdef size_t got = 0
-        cdef string why
-        cdef int rrc = SD_REMOTE_OK
-        with nogil:
-            if self.model.is_remote:
-                rrc = sd_remote_state_get(self.ctx, out.data(), n, seq, flags, &got,
-                                          self.model._timeout, why)
-            else:
-                got = sd_state_seq_get_data(self.ctx, out.data(), n, seq, flags)
-        self.model._remote_failed(rrc, why, "saving a state")
-        self._check_abort("save_state")
-        if got != n:
-            raise RuntimeError(f"saving the state of sequence {seq} failed")
-        return 0
+        return _save_state(self, seq, flags, out)
 
     cdef int load_state_c(self, llama_seq_id seq, uint32_t flags, const vector[uint8_t] & data) except -1:
-        self._alive()
-        self._check_seq(seq, False)
-        cdef size_t got = 0
-        cdef string why
-        cdef int rrc = SD_REMOTE_OK
-        with nogil:
-            if self.model.is_remote:
-                rrc = sd_remote_state_set(self.ctx, data.data(), data.size(), seq, flags, &got,
-                                          self.model._timeout, why)
-            else:
-                got = sd_state_seq_set_data(self.ctx, data.data(), data.size(), seq, flags)
-        self.model._remote_failed(rrc, why, "restoring a state")
-        self._check_abort("load_state")
-        if got == 0:
-            raise ValueError(f"restoring the state of sequence {seq} failed (wrong or corrupt data)")
-        for s in range(self.n_seq_max):
-            self._rollback_budget[s] = 0
-        return 0
+        return _load_state(self, seq, flags, data)
 
     def save_state(self, seq=0, *, bint partial=False) -> bytes:
         """A checkpoint of one sequence. ``partial`` keeps only the recurrent/SWA parts,
@@ -1017,21 +534,7 @@ cdef class Context:
         decode of a batch shape pays a one-off set-up: over RPC one round trip per new tensor
         shape (about 60 ms a row count at 2 ms one-way latency); after this, the first
         requests' verifies, and the draft-length policy's first samples, do not."""
-        max_rows = _int_arg('max_rows', max_rows, I32_MIN, I32_MAX)
-        self._alive()
-        if not 1 <= max_rows <= min(self.n_batch, self.n_ctx_seq - 1):
-            raise ValueError(f"max_rows must be in [1, {min(self.n_batch, self.n_ctx_seq - 1)}], "
-                             f"got {max_rows}")
-        if any(self.seq_pos_max(s) >= 0 for s in range(self.n_seq_max)):
-            raise ValueError("warm_up needs an empty context")
-        batch = Batch(max_rows)
-        for n in range(1, max_rows + 1):
-            self.seq_rm(0)
-            batch.clear()
-            for i in range(n):
-                batch.add((i * 7919 + 17) % self.n_vocab, i, 0, True)
-            self.decode(batch)
-        self.seq_rm(0)
+        _warm_up(self, max_rows)
 
     # --- exact mode over RPC ------------------------------------------------------------
 
@@ -1042,45 +545,4 @@ cdef class Context:
         which it leaves empty. Returns 0 when they held (``invariant_rows`` then covers
         ``max_rows``), else the first row count at which a row changed. For a context whose
         layers sit on a GPU or RPC servers: their kernels are the device's own."""
-        max_rows = _int_arg('max_rows', max_rows, I32_MIN, I32_MAX)
-        self._alive()
-        if not self.batch_invariant:
-            raise ValueError("check_batch_invariance needs Context(..., batch_invariant=True)")
-        if max_rows < 2:
-            raise ValueError(f"max_rows must be >= 2, got {max_rows}")
-        if max_rows > min(self.n_ubatch, self.n_batch):
-            raise ValueError(f"max_rows={max_rows} exceeds n_ubatch={self.n_ubatch} or "
-                             f"n_batch={self.n_batch}: a bigger batch would be split")
-        if self.invariant_rows < 0 or 0 < max_rows <= self.invariant_rows:
-            return 0
-        if any(self.seq_pos_max(s) >= 0 for s in range(self.n_seq_max)):
-            raise ValueError("check_batch_invariance needs an empty context")
-        n_prefix = min(8, self.n_ctx_seq - max_rows)
-        if n_prefix < 1:
-            raise ValueError(f"n_ctx={self.n_ctx} is too small to check batches of {max_rows} rows")
-        toks = [(i * 7919 + 17) % self.n_vocab for i in range(n_prefix + max_rows)]
-        sizes = sorted({n for n in range(2, min(max_rows, 34) + 1)}
-                       | {n for p in (32, 64, 128, 256, 512, 1024) for n in (p - 1, p, p + 1)
-                          if 2 <= n <= max_rows} | {max_rows}, reverse=True)
-        batch = Batch(max(n_prefix, max_rows))
-        ref = None
-        try:
-            for n in sizes:
-                self.seq_rm(0)
-                batch.clear()
-                for i in range(n_prefix):
-                    batch.add(toks[i], i, 0, i == n_prefix - 1)
-                self.decode(batch)
-                batch.clear()
-                for i in range(n):
-                    batch.add(toks[n_prefix + i], n_prefix + i, 0, True)
-                self.decode(batch)
-                rows = np.stack([np.array(self.logits(i)) for i in range(n)])
-                if ref is None:
-                    ref = rows
-                elif not np.array_equal(rows.view(np.uint32), ref[:n].view(np.uint32)):
-                    return n
-        finally:
-            self.seq_rm(0)
-        self.invariant_rows = max_rows
-        return 0
+        return _check_batch_invariance(self, max_rows)

@@ -120,12 +120,7 @@ cdef class Context:
     cdef void _free_closed(self) noexcept
     cdef int _alive(self) except -1
     cdef int _check_abort(self, str what) except -1
-    cdef double _watchdog_limit(self, int n) noexcept
-    cdef double _arm_watchdog(self, int n) noexcept
-    cdef double _disarm_watchdog(self, double t_start, int n, int rc) noexcept
-    cdef int _check_seq(self, llama_seq_id seq, bint allow_all) except -1
     cdef int _row_index(self, int i, str what) except -1
-    cdef int _check_batch(self, Batch batch) except -1
     cdef int decode_c(self, Batch batch, bint grammar=*) except -1
     cdef float * logits_c(self, int i) noexcept nogil
     cdef float * masked_logits_c(self, int i, const uint32_t * bits) noexcept nogil

@@ -55,5 +55,11 @@ include "_model.pxi"        # Model
 include "_batch.pxi"        # Batch
 include "_lazy_head.pxi"    # the lazy LM head's part of a decode
 include "_context_params.pxi"  # a context's llama.cpp parameters, checked
+include "_stop.pxi"         # stopping a call midway: the stop flag's callbacks, the watchdog
+include "_context_open.pxi"    # Context.__init__'s work: llama.cpp's context made and read back
+include "_context_decode.pxi"  # a Context's batch checked, decoded or encoded
+include "_context_memory.pxi"  # a Context's sequences: removed, copied, saved and restored
+include "_context_hidden.pxi"  # the hidden rows a Context hands to drafts (MTP, EAGLE-3)
+include "_batch_shapes.pxi"    # every batch shape decoded: warm-up, batch invariance
 include "_context.pxi"      # Context
 include "_target_view.pxi"  # TargetView
