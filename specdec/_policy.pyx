@@ -2,84 +2,24 @@
 # distutils: language = c++
 """Draft length: fixed, or adaptive by measured acceptance and measured cost.
 
-Long because it is one cdef class (over 600 lines): a fifth is this account of the policy,
-and its estimates, schedules and decisions all read and write the one ``DraftPolicy`` state,
-which Cython cannot split across files.
+On a CPU neither drafting nor verifying is free, so the length that maximises acceptance is not
+the one that maximises speed. The adaptive policy keeps, per draft position, the conditional
+acceptance rate ``alpha_i``; per draft length the measured verify time ``tv(k)``; per cap the
+measured time of the drafter call ``td(c)``. A round that verifies ``k`` drafts is expected to
+yield ``E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i`` tokens. Before drafting it asks for the cap
+``c`` with the best ``E(c) / (td(c) + tv(c))`` (drafting at all only 2% over plain decoding);
+after, it verifies the prefix ``k`` with the best ``E(k) / (td_paid + tv(k))``.
 
-On a CPU neither drafting nor verifying is free. A verify batch of ``k + 1`` rows
-costs more than one row, and not even monotonically (on gemma3-270m Q4_K_M: 4
-rows ~1.8x a single decode, 5 rows ~2.6x, 8 rows ~2.7x: the matmul kernels tile
-by 4). A model drafter (MTP head, draft model) pays a decode per draft token. So
-the length that maximises acceptance is not the one that maximises speed.
-
-The adaptive policy keeps, per draft position, the conditional acceptance rate
-``alpha_i`` (decayed counts with a prior worth 4 trials, so one early miss does not
-switch a good drafter off; the prior of position i > 1 is the estimate at i - 1); per
-draft length the measured verify time ``tv(k)`` (the decode, the lazy LM head's passes
-and the rollback); and per cap the measured time of the drafter call ``td(c)``. The
-expected tokens of a round that verifies ``k`` drafts are
-
-    E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i
-
-Before drafting it asks the drafter for the cap ``c`` with the best
-``E(c) / (td(c) + tv(c))``, so a costly drafter drafts only what pays, and drafts at
-all only when that beats plain decoding by 2% (near break-even the noise of the
-estimates would decide, and each wrong choice costs); after the
-drafter answered it verifies the prefix ``k`` with the best
-``E(k) / (td_paid + tv(k))`` (the draft time is spent by then).
-
-Within the cap, a drafter that knows its draft's probability (a model's softmax) stops
-where one more token is not worth its draft step (``p_stop``): the draft's confidence tells
-a likely miss apart far better than the per-position rates can.
-
-Every measured time is kept with the plain-round time of its moment and scaled by
-how much plain rounds have slowed or sped up since: on a shared machine the load
-drifts, and a length measured long ago must not look cheap next to a plain round
-measured now.
-
-What the model gets wrong (averages over unlike rounds, acceptance estimates that
-lag) is measured instead: the drafting rates are scaled
-by the ratio of the token rate drafting rounds really had to the one the model
-predicted for them.
-
-Exploration keeps the estimates honest: every 8th round asks one token past the
-best cap (or the whole ``n_max`` when drafting is nearly free) and verifies the
-least measured length of the answer until it has 8 samples (every length gets measured:
-interpolating a non-monotonic cost misleads); every 64th round (every 8th until four were measured,
-while drafting is within 30% of plain) is a plain one, so ``tv(0)`` (the cost drafting must beat) is
-measured, not guessed. A drafter that does not pay gets cap 0 (no call at all)
-and is probed after 16 rounds, then after 32, 64, ... 256 while it still does not pay (every
-4 rounds while it is estimated within 10% of plain: near break-even a few early misses or
-one preempted sample may be all that switched a paying drafter off, and only its probes
-measure it again; but never more often than keeps the catch-up of a drafter with a context
-of its own, measured per probe, under 1% of the time: see ``_budget_gap``)
-(a free drafter with all it has, a costly one with the cap that would pay best if
-deeper drafts were accepted as often as the first). A probe verifies what it asked for;
-a free drafter's empty answer (an n-gram drafter that found no match) is no probe, the
-next round asks again; a probe whose drafts were all accepted, at a cap that would then
-pay, is followed by another at once (one probe cannot outweigh the ~50 rounds the
-acceptance estimates remember; a run of them can); and each request of a nearly free
-drafter that was right within that memory begins with a probe of its own sequence (the
-controller's, ``probes_new_requests``): a new text may be one the drafter knows.
-
-Past ``LINE_FROM`` drafts the verify time is priced by a line ``tv(k) = (a + b k) tv(0)``,
-fitted (decayed least squares, in plain rounds so the load cancels out) to the verifies of
-``LINE_FROM`` drafts or more: a long verbatim repeat (code that repeats itself, a passage
-asked for again) is accepted token after token for 40+ drafts, and with an ``n_max`` of 64
-measuring every length on its own (8 samples each, one exploration round in 8) would take
-thousands of rounds, each cutting a good draft short. The tiles that make short lengths
-non-monotonic (4 rows a tile) are small against 9+ rows. Exploration then treats the long
-lengths as one: it verifies the whole proposal while the line has fewer than ``MEASURED``
-samples, the short lengths one by one as before.
-
-The first verify of each length is no cost sample: a backend's first decode of a new
-batch shape pays a one-off set-up (over llama.cpp's RPC backend a synchronous round trip
-per new tensor shape, ~60 ms at 2 ms latency against a ~30 ms decode). Averaged in, it made
-every length look 2-3x dearer than it is, and the policy stopped drafting.
+The whole account (times scaled by the load's drift, the calibration against what drafting
+rounds really yield, exploration, probes of a drafter that does not pay, the cost line of long
+drafts, a batch shape's first verify) is in ``docs/architecture.md``, "The draft-length
+policy"; how a time sample enters its average is ``_time_estimate.pxd``. ``DraftPolicy`` is one
+cdef class: its estimates, schedules and decisions all read and write its one state.
 """
 from libcpp.vector cimport vector
 
-DEF EMA = 0.15            # time averages
+from ._time_estimate cimport add_time_sample, add_time_sample_ref
+
 DEF PRIOR_ALPHA = 0.85
 DEF PRIOR_N = 4.0          # the prior counts as this many trials of each position
 DEF DECAY = 0.98           # acceptance forgets old trials (an effective window of ~50)
@@ -100,46 +40,6 @@ DEF MARGIN = 0.02         # drafting must promise this much over plain decoding
 DEF P_STOP_MAX = 0.5      # the confidence floor of p_stop never goes above this
 DEF LINE_FROM = 8         # verify times of longer drafts come from the cost line (see _line)
 DEF LINE_VAR = 4.0        # the line's lengths must spread this much (variance, rows^2)
-
-
-cdef inline double _weight(double n) noexcept:
-    """Weight of the next sample after ``n``: the mean of the first ones, then the EMA's."""
-    return max(EMA, 1.0 / (n + 1.0))
-
-
-cdef inline void _ema(vector[double] & t, vector[double] & n, int i, double x) noexcept:
-    """A time sample ``x`` into the average ``t[i]``; ``n[i]`` counts.
-
-    The first three samples give their smallest, then the EMA takes over with each sample
-    clipped at twice the estimate: one slow first decode, or a preemption, must not set a
-    baseline that the rare plain rounds then take dozens of rounds to correct. The smallest,
-    not the mean: load only ever slows a sample down, and the two errors are not alike. A
-    time estimated too low is corrected as soon as that length is used; one estimated too
-    high (a preempted sample among the first, 5x) makes the length look as if it does not
-    pay, so it is not used, not measured again, and the estimate stays (a drafter that pays
-    1.2x plain was switched off for good this way)."""
-    if n[i] >= 3 and x > 2.0 * t[i]:
-        x = 2.0 * t[i]
-    if n[i] == 0 or (n[i] < 3 and x < t[i]):
-        t[i] = x
-    elif n[i] >= 3:
-        t[i] = t[i] + _weight(n[i]) * (x - t[i])
-    n[i] += 1
-
-
-cdef inline void _ema_ref(vector[double] & t, vector[double] & ref, vector[double] & n, int i,
-                          double x, double plain) noexcept:
-    """``_ema`` of a sample ``x`` into ``t[i]``, and with the same weights the plain-round
-    time ``plain`` of that moment into ``ref[i]`` (``plain`` 0: none measured yet)."""
-    cdef double n0 = n[i], t0 = t[i]
-    _ema(t, n, i, x)
-    if plain <= 0.0:
-        return
-    if n0 < 3:      # the smallest of the first samples: the plain time of its moment
-        if n0 == 0 or t[i] != t0 or ref[i] <= 0.0:
-            ref[i] = plain
-        return
-    ref[i] = plain if ref[i] <= 0.0 else ref[i] + _weight(n0) * (plain - ref[i])
 
 
 cdef class DraftPolicy:
@@ -531,10 +431,10 @@ cdef class DraftPolicy:
         if not self.warmed[k]:
             self.warmed[k] = 1
         elif k == 0:
-            _ema(self.t_verify, self.n_verify, 0, t_dec)
+            add_time_sample(self.t_verify, self.n_verify, 0, t_dec)
         else:
-            _ema_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
-                     self._plain_time_now())
+            add_time_sample_ref(self.t_verify, self.ref_verify, self.n_verify, k, t_dec,
+                                self._plain_time_now())
             if k >= LINE_FROM and self.n_verify[0] > 0:
                 self._line_sample(k, t_dec)
         # draft i was tried only if drafts 1..i-1 were accepted
@@ -580,8 +480,8 @@ cdef class DraftPolicy:
             self._probed(self.probe_paid)
         if not self.adaptive or predicted_time <= 0.0 or t <= 0.0:
             return
-        # clipped as the time estimates' samples are (``_ema``): the prediction is made of
-        # clipped averages, and a shared machine's preempted rounds (5x, one in 20) left
+        # clipped as the time estimates' samples are (``add_time_sample``): the prediction is
+        # made of clipped averages, and a shared machine's preempted rounds (5x, one in 20) left
         # unclipped here made drafting look ~15% slower than predicted, which scaled a drafter
         # paying 1.2x plain down to the margin and switched it off (plain rounds, the rate it
         # is weighed against, are clipped)
@@ -597,7 +497,8 @@ cdef class DraftPolicy:
         """Time of one drafter call asked for ``cap`` tokens."""
         if cap <= 0 or cap > self.n_max:
             return
-        _ema_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t, self._plain_time_now())
+        add_time_sample_ref(self.t_draft_cap, self.ref_draft, self.n_draft_cap, cap, t,
+                            self._plain_time_now())
 
     def state(self) -> dict:
         return {"alpha": [self._alpha(i) for i in range(1, self.n_max + 1)],
