@@ -33,6 +33,8 @@ JSON_OPTIONS: Dict[str, Any] = {"whitespace_flexible": False, "item_separator": 
 #: and the process died of SIGSEGV; and llguidance's GBNF converter takes time quadratic in
 #: the rules (about 3 s for 2000 on a shared 2-core machine, minutes for 20000)
 MAX_GRAMMAR_RULES = 2000
+#: the most choices (``choices=``): llguidance's parser holds at most 2000 items in a row
+MAX_CHOICES = 1999
 #: the stack of the thread that builds a matcher: MAX_GRAMMAR_RULES links a dozen times over,
 #: whatever stack the caller's thread has
 _BUILD_STACK = 64 << 20
@@ -103,6 +105,12 @@ class Constraint:
                 if not isinstance(c, str) or not c:
                     raise ValueError(f"choices must be non-empty strings, got {c!r}")
                 _check_text(kind, c)
+            # each choice once: llguidance's parser holds a row of one item per alternative,
+            # at most MAX_CHOICES + 1 of them, and more failed the request after its first
+            # token (5000 copies of one choice did)
+            value = list(dict.fromkeys(value))
+            if len(value) > MAX_CHOICES:
+                raise ValueError(f"at most {MAX_CHOICES} different choices, got {len(value)}")
             return llg.LLMatcher.grammar_from_lark("start: " + " | ".join(json.dumps(c)
                                                                            for c in value))
         if not isinstance(value, str):

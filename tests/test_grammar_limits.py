@@ -1,12 +1,14 @@
-"""Grammars too large for llguidance to compile safely are a ValueError, and a grammar within
-the limit compiles whatever stack the calling thread has.
+"""Grammars too large for llguidance to compile safely, and choices past its parser's row,
+are a ValueError up front; a grammar within the limit compiles whatever stack the calling
+thread has.
 
 llguidance's compiler recurses along chains of rules on the stack of the thread that builds
 the matcher: a GBNF chain of 5000 rules (``r0 ::= r1 | "a"`` ...) killed the process with
 SIGSEGV on a main thread's 8 MB stack (on a thread of 1 MB, a few hundred rules did). A
 grammar now defines at most ``MAX_GRAMMAR_RULES`` rules, and the matcher is built on a
 thread of its own with a large stack. A JSON schema nested past Python's recursion limit
-was a RecursionError.
+was a RecursionError. Choices are taken once each: 5000 copies of one failed the request
+after its first token (llguidance's row holds at most 2000 items).
 """
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import textwrap
 import pytest
 
 import specdec
-from specdec.constraint import MAX_GRAMMAR_RULES
+from specdec.constraint import MAX_CHOICES, MAX_GRAMMAR_RULES
 
 pytest.importorskip("llguidance")
 
@@ -75,3 +77,12 @@ def test_a_chain_at_the_limit_compiles_on_a_thread_with_a_small_stack(tiny_bytes
                        cwd=__file__.rsplit("/", 1)[0])
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() in ("['a']", "['ValueError']"), (p.stdout, p.stderr[-2000:])
+
+
+def test_choices_are_taken_once_and_too_many_are_refused_up_front(dec):
+    # 5000 copies of one choice failed after the first token (llguidance's row of 2000)
+    assert dec.generate("hello", max_tokens=4, choices=["ba"] * 5000).text == "ba"
+    many = [f"c{i}" for i in range(MAX_CHOICES + 1)]
+    with pytest.raises(ValueError, match=f"at most {MAX_CHOICES} different choices"):
+        dec.generate("hello", max_tokens=4, choices=many)
+    assert dec.generate("hello", max_tokens=4, choices=many[:-1]).text.startswith("c")
