@@ -74,3 +74,33 @@ def test_a_call_cut_short_is_no_call_whole_and_stops_streaming():
     assert deltas[0][1]["function"]["name"] == "a"
     assert "".join(d[1]["function"].get("arguments", "") for d in deltas) == '{"x": 1'
     assert not any(k == "content" for k, _ in deltas) and st.called
+
+
+@pytest.mark.parametrize("text", REPLIES["hermes"][:2] + REPLIES["hermes"][3:5])
+def test_streamed_logprobs_of_a_chat_with_tools_are_all_sent(text):
+    # a streamed chat with tools sent no logprobs at all (the non-streamed answer had them)
+    from specdec.serve.protocol import Chunks, Envelope
+    rng = random.Random(1)
+    chunks = Chunks(Envelope("chat", "m"), False, n=2, tool_format="hermes")
+    sent = {0: [], 1: []}
+    fed = {0: [], 1: []}
+    out = []
+    for index in (0, 1):
+        i = 0
+        while i < len(text):
+            n = rng.randint(1, 6)
+            items = [(c.encode(), -0.5 * (i + j), [(c.encode(), -0.5 * (i + j))])
+                     for j, c in enumerate(text[i:i + n])]
+            fed[index] += [lp for _, lp, _ in items]
+            out += chunks.piece(index, text[i:i + n], items)
+            i += n
+        out += chunks.end(index, _Result())
+    for c in out:
+        for choice in c["choices"]:
+            for t in (choice["logprobs"] or {}).get("content", []):
+                sent[choice["index"]].append(t["logprob"])
+    assert sent == fed
+
+
+class _Result:
+    finish_reason = "eos"

@@ -551,6 +551,9 @@ class Chunks:
         # a chat with tools: each reply read as it decodes, its calls sent as OpenAI's deltas
         self.calls = ([tool_calls.CallStream(tool_format) for _ in range(n)] if tool_format
                       else None)
+        # their logprobs, held while their text is (a tool call may be beginning), go out
+        # with the next chunk of that choice: dropped, a streamed chat with tools had none
+        self.held: List[List[TokenLP]] = [[] for _ in range(n)]
 
     def start(self) -> List[Dict[str, Any]]:
         """Before the first piece: chat announces the assistant's role in each choice."""
@@ -563,6 +566,7 @@ class Chunks:
         """The chunks of a piece of choice ``index`` (none while a tool call's text may
         be beginning)."""
         if self.calls is not None:
+            self.held[index] += logprobs or []
             return [self._delta(index, d) for d in self.calls[index].feed(text)]
         c = chunk(self.env, text, index=index, logprobs=logprobs, offset=self.offsets[index])
         self.offsets[index] += len(text)
@@ -578,15 +582,21 @@ class Chunks:
         out = [self._delta(index, d) for d in reply.close()]
         if reply.called and finish == "stop":
             finish = "tool_calls"
-        return out + [chunk(self.env, None, index=index, finish=finish)]
+        return out + [chunk(self.env, None, index=index, finish=finish,
+                            logprobs=self._take_held(index))]
+
+    def _take_held(self, index: int) -> Optional[List[TokenLP]]:
+        lps, self.held[index] = self.held[index], []
+        return lps or None
 
     def _delta(self, index: int, delta: Tuple[str, Any]) -> Dict[str, Any]:
         kind, value = delta
+        lps = self._take_held(index)
         if kind == "content":
-            return chunk(self.env, value, index=index)
+            return chunk(self.env, value, index=index, logprobs=lps)
         return self.env.wrap("chat.completion.chunk", [
             {"index": index, "delta": {"tool_calls": [value]}, "finish_reason": None,
-             "logprobs": None}])
+             "logprobs": chat_logprobs(lps) if lps else None}])
 
     def usage(self, results: Sequence[GenerationResult]) -> List[Dict[str, Any]]:
         """After every choice's end: the usage, when it was asked for."""
