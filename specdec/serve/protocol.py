@@ -551,8 +551,7 @@ class Chunks:
         # a chat with tools: each reply read as it decodes, its calls sent as OpenAI's deltas
         self.calls = ([tool_calls.CallStream(tool_format) for _ in range(n)] if tool_format
                       else None)
-        # their logprobs, held while their text is (a tool call may be beginning), go out
-        # with the next chunk of that choice: dropped, a streamed chat with tools had none
+        # logprobs held with their text go out with the choice's next chunk (or none were sent)
         self.held: List[List[TokenLP]] = [[] for _ in range(n)]
 
     def start(self) -> List[Dict[str, Any]]:
@@ -582,16 +581,12 @@ class Chunks:
         out = [self._delta(index, d) for d in reply.close()]
         if reply.called and finish == "stop":
             finish = "tool_calls"
-        return out + [chunk(self.env, None, index=index, finish=finish,
-                            logprobs=self._take_held(index))]
-
-    def _take_held(self, index: int) -> Optional[List[TokenLP]]:
         lps, self.held[index] = self.held[index], []
-        return lps or None
+        return out + [chunk(self.env, None, index=index, finish=finish, logprobs=lps or None)]
 
     def _delta(self, index: int, delta: Tuple[str, Any]) -> Dict[str, Any]:
         kind, value = delta
-        lps = self._take_held(index)
+        lps, self.held[index] = self.held[index], []
         if kind == "content":
             return chunk(self.env, value, index=index, logprobs=lps)
         return self.env.wrap("chat.completion.chunk", [
