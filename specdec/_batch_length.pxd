@@ -20,8 +20,7 @@ cdef class BatchLength:
     cdef long tokens0                # their tokens when it began
     cdef readonly bint steady        # a new shape is dear (a CUDA target): changed caps held
     cdef int last_n, last_k          # steady: the last round's size and cap
-    cdef int hold_left               # steady: rounds the changed cap is still held
-    cdef int cold                    # steady: rounds still to come that are not measured
+    cdef int hold_left               # steady: rounds the changed cap is still held (not measured)
     cdef void _size(self, int n, int k_top) noexcept
     cdef double rate(self, int n, int k) noexcept
     cdef bint _measured(self, int n, int k) noexcept

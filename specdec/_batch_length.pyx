@@ -44,7 +44,7 @@ again, and only the third runs at the cap's steady cost:
 on an H200 with the ~1.4B bigram model that made a tried cap's one round about twice its
 steady cost, so every cap tried for one round lost to the one held, and the adaptive Engine
 at 8 slots stayed at plain decoding (0.91x) where a fixed length of 4 ran at 1.6-1.9x. There
-a changed cap is held for ``HOLD`` rounds and its first ``WARM`` rounds are not measured;
+a changed cap is held for ``HOLD`` rounds and only the last is measured;
 the schedules count decisions, and explore ``STEADY_SPARSER`` times less often (a try costs
 its rounds and two captures); a batch size first seen starts from the cap at its top
 (rows are nearly free on such a device: the climb goes down from there).
@@ -63,8 +63,7 @@ DEF UP_MAX = 128
 DEF CLIP = 1.5           # a round's time counts at most this many times its cap's mean
 DEF MARGIN = 0.02         # a neighbour must beat the best by this much (the rates' noise)
 DEF START = 1             # the first cap of a batch size with no measured neighbour
-DEF HOLD = 3              # steady: rounds a changed cap is held ...
-DEF WARM = 2              # ... of which the first ones are not measured (uncaptured, capture)
+DEF HOLD = 3              # steady: rounds a changed cap is held, the last one measured
 DEF STEADY_SPARSER = 6    # steady: exploration and plain checks this many times rarer
 
 
@@ -79,7 +78,7 @@ cdef class BatchLength:
         self.n_seq_max = max(n_seq_max, 1)
         self.steady = steady
         self.last_n = self.last_k = -1
-        self.hold_left = self.cold = 0
+        self.hold_left = 0
         cdef int m = self.n_seq_max + 1
         self.tok.assign(m, vector[double]())
         self.sec.assign(m, vector[double]())
@@ -150,11 +149,7 @@ cdef class BatchLength:
             self.hold_left -= 1
             return self.last_k
         k = self._decide(n, k_top)
-        if n != self.last_n or k != self.last_k:
-            self.hold_left = HOLD - 1
-            self.cold = WARM
-        else:
-            self.hold_left = self.cold = 0
+        self.hold_left = HOLD - 1 if n != self.last_n or k != self.last_k else 0
         self.last_n = n
         self.last_k = k
         return k
@@ -200,9 +195,8 @@ cdef class BatchLength:
         """A round of ``n`` sequences at cap ``k`` made ``tokens`` tokens in ``t`` seconds."""
         if n < 2 or n > self.n_seq_max or k < 0 or t <= 0.0 or tokens <= 0.0:
             return
-        if self.cold > 0:
-            self.cold -= 1          # a changed cap's first rounds: the captures, not the cap
-            return
+        if self.hold_left > 0:
+            return      # a changed cap's first rounds (uncaptured, capture): not the cap's cost
         self._size(n, k)
         if self.cnt[n][k] >= MIN_SAMPLES and t > CLIP * self.sec[n][k] / self.w[n][k]:
             t = CLIP * self.sec[n][k] / self.w[n][k]
