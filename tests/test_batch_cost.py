@@ -34,7 +34,9 @@ def test_rows_that_never_vary_split_half_and_half():
 
 
 def _plain_round_cost(model_path, n_seqs):
-    """The adaptive policy's verify time of a plain round, ``n_seqs`` sequences in a batch."""
+    """The adaptive policy's verify time of a plain round, ``n_seqs`` sequences in a batch,
+    and the mean time of the rounds' decode and verify as a whole (measured in the same run,
+    so that a loaded machine slows both alike)."""
     from specdec.drafters import create
     # one head for both (the automatic choice may differ between the two contexts' shapes,
     # and a disturbed measurement is not kept: the comparison is of shares, not of heads)
@@ -45,11 +47,16 @@ def _plain_round_cost(model_path, n_seqs):
     prompts = [[(7 * i + j) % 50 + 1 for j in range(12)] * 6 for i in range(n_seqs)]
     ctl.start(prompts, 120)
     ctl.run()
-    return ctl.policy_state["t_verify"][0]
+    # each sequence of a round is charged the whole round's time in its own counters
+    st = ctl.stats(0)
+    whole = (st["t_target_s"] + st["t_lm_head_s"] + st["t_verify_s"]) / st["rounds"]
+    return ctl.policy_state["t_verify"][0], whole
 
 
 def test_a_batched_policy_is_charged_a_share_not_the_batch(tiny_dense_path):
-    # one of four sequences pays less than a sequence alone (charged the batch, more)
-    alone = _plain_round_cost(tiny_dense_path, 1)
-    batched = _plain_round_cost(tiny_dense_path, 4)
-    assert 0 < batched < alone
+    # one of four sequences pays about a quarter of the round it shares (the fixed part split
+    # four ways, its own rows), not the whole round. Both numbers come from one run: a share
+    # against a sequence decoded alone in another run compared two timings a loaded machine
+    # can reorder
+    share, whole = _plain_round_cost(tiny_dense_path, 4)
+    assert 0 < share < 0.65 * whole     # measured 0.04-0.47; charged the whole round: ~0.85
