@@ -13,6 +13,7 @@ cdef class BatchLength:
     cdef vector[int] rounds          # rounds decided at n
     cdef vector[int] side            # the cap tried last at n (0 below, 1 above, 2 far)
     cdef vector[int] up_gap, up_last # plain best at n: rounds between tries of cap 1, the last
+    cdef vector[double] prompt_sec, prompt_w  # per n: decayed prompt catch-up seconds, rounds
     cdef readonly long n_rounds      # rounds whose length was the batch's
     cdef readonly long n_switches    # times a best cap changed
     cdef int kind                    # this round: 0 not the batch's, 1 the batch's
@@ -29,5 +30,7 @@ cdef class BatchLength:
     cdef int decide(self, int n, int k_top) noexcept
     cdef int _decide(self, int n, int k_top) noexcept
     cdef void observe(self, int n, int k, double tokens, double t) noexcept
+    cdef void charge_prompt(self, int n, double t) noexcept
+    cdef double prompt_per_round(self, int n) noexcept
     cdef int judge(self, list seqs) except -1
     cdef int settle(self, list seqs, double t) except -1

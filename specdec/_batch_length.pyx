@@ -28,7 +28,10 @@ cap are tried in turn after 8 rounds, then 16, ... up to 128 while they keep los
 beat measured (and jumps back to plain when it wins), so the batch is never held below
 plain decoding for long. A batch size first seen starts from the best cap of the nearest
 size measured (rows cost relatively more in bigger batches, but the best lengths of
-neighbouring sizes are close), else at 1.
+neighbouring sizes are close), else at 2: on a 2-core CPU one verify row more is the dearest
+per token (at 4 slots of the mid bigram model, 90%, cap 1 ran no faster than plain decoding
+where caps 2-3 ran 1.1-1.2x), so a climb from 1 saw plain decoding win and held it for tens of
+rounds, most of a short request; from 2 it tries 1 and 3 first.
 
 Each cap's rate is the ratio of its decayed tokens and seconds (the last ~7 rounds of that
 cap), a round's time clipped at 1.5 times the cap's mean once it has two (a preempted
@@ -37,6 +40,17 @@ controller's (``judge``): rounds of two or more sequences all of whose drafting 
 are adaptive with a model drafter. The cap it gives is each sequence's ``k_cap`` (within
 the round's limits), every draft is verified, and each sequence's own policy goes on
 learning (acceptance, costs) for rounds it drafts alone.
+
+A drafter with a model catches up on a request's prompt at its first ask: once per request,
+whatever the cap, and never under plain decoding. Charged to the round it fell in, it made
+that round 2-3 times its cost (4 prompts of ~70 tokens through the MTP layer, at 4 slots on
+a 2-core CPU), and the cap that round had (the first cap of every batch of new requests) lost
+for the next ~7 rounds: at 90% the Engine settled on plain decoding in one of three runs
+where a fixed length of 3 ran 1.1-1.2x. So the catch-up is taken out of the round (the rows
+a sequence sat out are, too: a cost of the plain rounds before) and spread over the rounds
+instead: every drafting cap's rounds are charged the prompt catch-up per round of that batch
+size (decayed over its last ~50 rounds, plain ones included), so that drafting still pays it
+against plain decoding, evenly.
 
 Where a new shape is dear (``steady``: a target on a CUDA device, see ``_steady_rows``), a
 round whose cap differs from the round before runs uncaptured, the next one captures the graph
@@ -62,9 +76,10 @@ DEF UP_FIRST = 8          # plain best: cap 1 tried after 8 rounds, doubling whi
 DEF UP_MAX = 128
 DEF CLIP = 1.5           # a round's time counts at most this many times its cap's mean
 DEF MARGIN = 0.02         # a neighbour must beat the best by this much (the rates' noise)
-DEF START = 1             # the first cap of a batch size with no measured neighbour
+DEF START = 2             # the first cap of a batch size with no measured neighbour
 DEF HOLD = 3              # steady: rounds a changed cap is held, the last one measured
 DEF STEADY_SPARSER = 6    # steady: exploration and plain checks this many times rarer
+DEF PROMPT_DECAY = 0.98   # the prompt catch-up per round follows the last ~50 rounds
 
 
 cdef class BatchLength:
@@ -89,6 +104,8 @@ cdef class BatchLength:
         self.side.assign(m, 0)
         self.up_gap.assign(m, UP_FIRST)
         self.up_last.assign(m, 0)
+        self.prompt_sec.assign(m, 0.0)
+        self.prompt_w.assign(m, 0.0)
         self.n_rounds = self.n_switches = 0
         self.kind = self.n_in = self.k_round = 0
         self.tokens0 = 0
@@ -105,7 +122,23 @@ cdef class BatchLength:
         """Measured tokens per second of the rounds of ``n`` sequences at cap ``k`` (0: none)."""
         if n < 1 or n > self.n_seq_max or k < 0 or k >= <int>self.tok[n].size():
             return 0.0
-        return self.tok[n][k] / self.sec[n][k] if self.sec[n][k] > 0.0 else 0.0
+        if self.sec[n][k] <= 0.0:
+            return 0.0
+        if k == 0:
+            return self.tok[n][k] / self.sec[n][k]
+        return self.tok[n][k] / (self.sec[n][k] + self.w[n][k] * self.prompt_per_round(n))
+
+    cdef double prompt_per_round(self, int n) noexcept:
+        """The drafters' prompt catch-up per round of ``n`` sequences (see the module)."""
+        return self.prompt_sec[n] / self.prompt_w[n] if self.prompt_w[n] > 0.0 else 0.0
+
+    cdef void charge_prompt(self, int n, double t) noexcept:
+        """A round of ``n`` sequences whose drafters caught up on prompts for ``t`` seconds
+        (0: none; every judged round counts, plain ones too)."""
+        if n < 2 or n > self.n_seq_max:
+            return
+        self.prompt_sec[n] = PROMPT_DECAY * self.prompt_sec[n] + max(t, 0.0)
+        self.prompt_w[n] = PROMPT_DECAY * self.prompt_w[n] + 1.0
 
     cdef bint _measured(self, int n, int k) noexcept:
         return 0 <= k < <int>self.cnt[n].size() and self.cnt[n][k] >= MIN_SAMPLES
@@ -264,6 +297,7 @@ cdef class BatchLength:
         seconds: its tokens, at its cap."""
         cdef _Seq s
         cdef long tokens = -self.tokens0
+        cdef double t_prompt = 0.0
         if self.kind == 0:
             return 0
         for s in seqs:
@@ -271,9 +305,10 @@ cdef class BatchLength:
             # the drafter's catch-up on the rows it sat out (plain rounds before): a cost of
             # the cap the rounds before had, not of this one's (counted here, a cap tried
             # after plain rounds looked 10-20% dearer than it runs, and lost to plain); its
-            # catch-up on a request's prompt stays, a cost of drafting plain decoding never
-            # pays (``_propose.sat_out_part``)
-            t -= s.t_caught_out
+            # catch-up on a request's prompt: spread over the rounds (see the module)
+            t -= s.t_caught
+            t_prompt += s.t_caught - s.t_caught_out
+        self.charge_prompt(self.n_in, t_prompt)
         self.observe(self.n_in, self.k_round, tokens, t)
         self.kind = 0
         return 0
@@ -282,8 +317,10 @@ cdef class BatchLength:
         """``decide`` from Python: the cap of a round of ``n`` sequences (caps up to ``k_top``)."""
         return self.decide(n, k_top)
 
-    def observe_round(self, int n, int k, double tokens, double seconds) -> None:
-        """``observe`` from Python."""
+    def observe_round(self, int n, int k, double tokens, double seconds,
+                      double prompt=0.0) -> None:
+        """``observe`` from Python; ``prompt``: the round's prompt catch-up (not in ``seconds``)."""
+        self.charge_prompt(n, prompt)
         self.observe(n, k, tokens, seconds)
 
     def state(self, int n) -> dict:
@@ -295,4 +332,5 @@ cdef class BatchLength:
                 "rates": [self.rate(n, k) for k in range(self.tok[n].size())],
                 "samples": [self.cnt[n][k] for k in range(self.cnt[n].size())],
                 "up_gap": self.up_gap[n], "switches": self.n_switches,
+                "prompt_per_round": self.prompt_per_round(n),
                 "judged": self.n_rounds}

@@ -53,8 +53,10 @@ cdef inline double sat_out_part(double t_sync, long sat, long prompt) noexcept:
     The batch's measured length (``_batch_length``) leaves the rows sat out out of a round's
     time: they are a cost of the rounds before, held plain, not of this round's cap. A
     prompt's catch-up is no such cost: every request that drafts pays it once, and plain
-    decoding never does (about 5% of a 48-token request at 4 slots); left out too, drafting
-    looked that much cheaper than it runs."""
+    decoding never does (about 5% of a 48-token request at 4 slots); it is left out of the
+    round and spread over the rounds of drafting caps instead (left out and not charged,
+    drafting looked that much cheaper than it runs; charged to its round, that round's cap
+    lost)."""
     if sat + prompt <= 0:
         return t_sync
     return t_sync * sat / <double>(sat + prompt)
