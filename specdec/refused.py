@@ -58,6 +58,7 @@ REFUSED: Dict[str, Tuple[Tuple[Any, ...], Tuple[str, ...]]] = {
     "spaces_between_special_tokens": ((True,), (VLLM,)),
     "truncate_prompt_tokens": ((), (VLLM,)),
     "prompt_logprobs": ((), (VLLM,)),
+    "continuous_usage_stats": ((False,), (VLLM,)),   # in stream_options
     "n_probs": ((0,), (LLAMA,)),
     "post_sampling_probs": ((False,), (LLAMA,)),
     "return_tokens": ((False,), (LLAMA,)),

@@ -77,3 +77,22 @@ def test_serve_checks_its_chat_template_before_serving(tiny_dense_path, template
     p = _run("serve", "-m", tiny_dense_path, "--port", "0", "--chat-template", template)
     assert p.returncode == 1 and message in p.stderr, p.stderr
     assert "listening on" not in p.stderr, p.stderr
+
+
+@pytest.mark.parametrize("key, env", [("", None), ("  ", None), (" k3y", None), (None, "")],
+                         ids=["empty", "blank", "spaced", "empty-env"])
+def test_serve_refuses_an_api_key_no_header_can_match(key, env, monkeypatch, tiny_dense_path):
+    """``--api-key "$KEY"`` with ``KEY`` unset let in every request that sent ``Bearer `` and
+    nothing: refused at parse time (status 2), before the model loads."""
+    if env is not None:
+        monkeypatch.setenv("SPECDEC_API_KEY", env)
+    args = ["serve", "-m", tiny_dense_path, "--port", "0"]
+    p = _run(*args, *([] if key is None else ["--api-key", key]))
+    assert p.returncode == 2 and "--api-key" in p.stderr and "key" in p.stderr, p.stderr
+
+
+def test_the_app_refuses_an_empty_api_key():
+    pytest.importorskip("starlette")
+    from specdec.serve import create_app
+    with pytest.raises(ValueError, match="api_key"):
+        create_app(None, ["m"], api_key="")

@@ -52,6 +52,10 @@ class Server:
                  template_limits: TemplateLimits = TemplateLimits()) -> None:
         self.backend = backend
         self.models = model_names
+        if api_key is not None and (not api_key.strip() or api_key != api_key.strip()):
+            # an empty key let in every request that sent "Bearer " and nothing
+            raise ValueError("api_key must be a non-empty key without spaces around it "
+                             "(None: no key)")
         self.api_key = api_key
         self.chat_template = chat_template
         self.template_limits = template_limits

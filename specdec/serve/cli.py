@@ -18,6 +18,18 @@ from ..prompt_cache import DEFAULT_MIB
 DEFAULT_PORT = 8937
 
 
+def _api_key(value: str) -> str:
+    """An API key as a request's header can carry it: an empty one (``--api-key "$KEY"`` with
+    ``KEY`` unset) let every request in that sent ``Bearer`` and nothing, and one with spaces
+    around it let none in (the header's token is read stripped)."""
+    if not value.strip():
+        raise argparse.ArgumentTypeError("the key is empty (from --api-key or $SPECDEC_API_KEY); "
+                                         "leave both out to serve without one")
+    if value != value.strip() or any(c in value for c in "\r\n"):
+        raise argparse.ArgumentTypeError("the key has spaces around it or a line break")
+    return value
+
+
 def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     from ..cli import _add_decoder_options, _add_model_option
 
@@ -27,7 +39,7 @@ def add_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT,
                    help=f"port (default {DEFAULT_PORT}; 0 picks one)")
-    p.add_argument("--api-key", default=os.environ.get("SPECDEC_API_KEY"),
+    p.add_argument("--api-key", default=os.environ.get("SPECDEC_API_KEY"), type=_api_key,
                    help="require 'Authorization: Bearer KEY' (default $SPECDEC_API_KEY; "
                         "/health stays open)")
     p.add_argument("--served-model-name", action="append", default=None, metavar="NAME",

@@ -46,8 +46,7 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, *, param: Optional[str] = None,
                  code: Optional[str] = None, type: str = "invalid_request_error") -> None:
-        # a client's text quoted back (a model name, a stop string) may hold lone surrogates,
-        # which no UTF-8 body can carry
+        # a client's text quoted back may hold lone surrogates, which no UTF-8 body can carry
         message = message.encode("utf-8", "backslashreplace").decode("utf-8")
         super().__init__(message)
         self.status = status
@@ -118,11 +117,11 @@ def _int(body: Mapping[str, Any], name: str, lo: int, hi: int) -> Optional[int]:
     return int(v)
 
 
-def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+def _refuse_unsupported(body: Mapping[str, Any], within: Optional[str] = None) -> None:
     """A field another server defines and specdec does not honour: a 400 naming it."""
     name = refused_field(body)
     if name is not None:
-        raise bad(refusal(name), name, code="unsupported_parameter")
+        raise bad(refusal(name), within or name, code="unsupported_parameter")
 
 
 #: request field -> the Constraint option it gives (llama-server's and vLLM's names)
@@ -248,13 +247,16 @@ def _common(body: Any, kind: str, models: Sequence[str]) -> Dict[str, Any]:
     so = body.get("stream_options")
     if so is not None and not isinstance(so, Mapping):
         raise bad("'stream_options' must be an object", "stream_options")
-    if so is not None and not stream:
-        # as OpenAI and vLLM answer it: options of a stream that is not asked for
+    if so is not None and not stream:     # as OpenAI and vLLM answer it
         raise bad("'stream_options' is only allowed when 'stream' is true", "stream_options")
+    so = so or {}
+    if not isinstance(so.get("include_usage", False), (bool, type(None))):
+        raise bad("'stream_options.include_usage' must be a boolean", "stream_options")
+    _refuse_unsupported(so, "stream_options")     # vLLM's continuous_usage_stats
     n = _int(body, "n", 1, MAX_N)
     con_field, con = _constraint(body)
     return dict(kind=kind, model=model, stream=stream, n=1 if n is None else n,
-                include_usage=bool(so and so.get("include_usage")),
+                include_usage=so.get("include_usage") is True,
                 sampling=_sampling(body), stop=_stop(body),
                 stop_token_ids=_stop_token_ids(body), options=_options(body),
                 constraint=con, constraint_field=con_field)
