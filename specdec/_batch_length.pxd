@@ -14,6 +14,7 @@ cdef class BatchLength:
     cdef vector[int] side            # the cap tried last at n (0 below, 1 above, 2 far)
     cdef vector[int] up_gap, up_last # plain best at n: rounds between tries of cap 1, the last
     cdef vector[double] prompt_sec, prompt_w  # per n: decayed prompt catch-up seconds, rounds
+    cdef vector[double] try_cost     # per n: seconds a try of drafting cost past plain's rate
     cdef readonly long n_rounds      # rounds whose length was the batch's
     cdef readonly long n_switches    # times a best cap changed
     cdef int kind                    # this round: 0 not the batch's, 1 the batch's
@@ -32,5 +33,7 @@ cdef class BatchLength:
     cdef void observe(self, int n, int k, double tokens, double t) noexcept
     cdef void charge_prompt(self, int n, double t) noexcept
     cdef double prompt_per_round(self, int n) noexcept
+    cdef void charge_try(self, int n, int k, double tokens, double t, double t_caught) noexcept
+    cdef int _try_gap(self, int n) noexcept
     cdef int judge(self, list seqs) except -1
     cdef int settle(self, list seqs, double t) except -1

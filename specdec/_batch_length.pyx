@@ -52,6 +52,15 @@ instead: every drafting cap's rounds are charged the prompt catch-up per round o
 size (decayed over its last ~50 rounds, plain ones included), so that drafting still pays it
 against plain decoding, evenly.
 
+While plain decoding is best, a try of drafting pays that catch-up too: the drafter decodes
+every row it sat out (and a new request's prompt) before its first draft step, in order
+(llama.cpp takes a sequence's positions only past the last one it holds), about 300 MTP rows
+at 4 slots of the mid bigram model, 5% of a 48-token pass, for every try. The tries doubling
+up to every 128 rounds cost the floor 3-7% at 50-70%; so each try's cost past plain
+decoding's rate, its catch-up included (``try_cost``), spaces the next ones: at least as many
+rounds apart as keeps them within ``TRY_BUDGET`` (2%) of plain decoding's time (at most
+``MAX_TRY_GAP``). Tries that cost little keep the doubling schedule.
+
 Where a new shape is dear (``steady``: a target on a CUDA device, see ``_steady_rows``), a
 round whose cap differs from the round before runs uncaptured, the next one captures the graph
 again, and only the third runs at the cap's steady cost:
@@ -80,6 +89,8 @@ DEF START = 2             # the first cap of a batch size with no measured neigh
 DEF HOLD = 3              # steady: rounds a changed cap is held, the last one measured
 DEF STEADY_SPARSER = 6    # steady: exploration and plain checks this many times rarer
 DEF PROMPT_DECAY = 0.98   # the prompt catch-up per round follows the last ~50 rounds
+DEF TRY_BUDGET = 0.02     # plain best: tries of drafting cost at most this share of the time
+DEF MAX_TRY_GAP = 1024    # ... and come at least this often (rounds)
 
 
 cdef class BatchLength:
@@ -106,6 +117,7 @@ cdef class BatchLength:
         self.up_last.assign(m, 0)
         self.prompt_sec.assign(m, 0.0)
         self.prompt_w.assign(m, 0.0)
+        self.try_cost.assign(m, 0.0)
         self.n_rounds = self.n_switches = 0
         self.kind = self.n_in = self.k_round = 0
         self.tokens0 = 0
@@ -127,6 +139,25 @@ cdef class BatchLength:
         if k == 0:
             return self.tok[n][k] / self.sec[n][k]
         return self.tok[n][k] / (self.sec[n][k] + self.w[n][k] * self.prompt_per_round(n))
+
+    cdef void charge_try(self, int n, int k, double tokens, double t, double t_caught) noexcept:
+        """A round at cap ``k`` while plain decoding is best (a try): what it cost past plain
+        decoding's rate, its drafters' catch-up ``t_caught`` (prompts, rows sat out) included."""
+        if n < 2 or n > self.n_seq_max or k <= 0 or self.best[n] != 0:
+            return
+        cdef double r0 = self.rate(n, 0), cost
+        if r0 <= 0.0:
+            return
+        cost = t_caught + max(0.0, t - tokens / r0)
+        self.try_cost[n] = cost if self.try_cost[n] <= 0.0 else 0.5 * (self.try_cost[n] + cost)
+
+    cdef int _try_gap(self, int n) noexcept:
+        """Plain best: the fewest rounds between tries that keeps their cost (``try_cost``)
+        within ``TRY_BUDGET`` of plain decoding's time."""
+        cdef double r0 = self.rate(n, 0)
+        if r0 <= 0.0 or self.try_cost[n] <= 0.0:
+            return 0
+        return <int>min(self.try_cost[n] * r0 / (TRY_BUDGET * n), <double>MAX_TRY_GAP)
 
     cdef double prompt_per_round(self, int n) noexcept:
         """The drafters' prompt catch-up per round of ``n`` sequences (see the module)."""
@@ -201,7 +232,7 @@ cdef class BatchLength:
         if b == 0:
             # plain decoding is best: cap 1 (or the far cap) now and then, less often while
             # drafting keeps losing
-            if r - self.up_last[n] >= self.up_gap[n]:
+            if r - self.up_last[n] >= max(self.up_gap[n], self._try_gap(n)):
                 self.up_last[n] = r
                 self.side[n] = 1 - self.side[n]
                 far = self._far(n, 0, k_top)
@@ -297,7 +328,7 @@ cdef class BatchLength:
         seconds: its tokens, at its cap."""
         cdef _Seq s
         cdef long tokens = -self.tokens0
-        cdef double t_prompt = 0.0
+        cdef double t_prompt = 0.0, t_caught = 0.0
         if self.kind == 0:
             return 0
         for s in seqs:
@@ -305,9 +336,12 @@ cdef class BatchLength:
             # the drafter's catch-up on the rows it sat out (plain rounds before): a cost of
             # the cap the rounds before had, not of this one's (counted here, a cap tried
             # after plain rounds looked 10-20% dearer than it runs, and lost to plain); its
-            # catch-up on a request's prompt: spread over the rounds (see the module)
-            t -= s.t_caught
+            # catch-up on a request's prompt: spread over the rounds (see the module); both,
+            # the cost of a try while plain decoding is best (see the module)
+            t_caught += s.t_caught
             t_prompt += s.t_caught - s.t_caught_out
+        t -= t_caught
+        self.charge_try(self.n_in, self.k_round, tokens, t, t_caught)
         self.charge_prompt(self.n_in, t_prompt)
         self.observe(self.n_in, self.k_round, tokens, t)
         self.kind = 0
@@ -318,8 +352,10 @@ cdef class BatchLength:
         return self.decide(n, k_top)
 
     def observe_round(self, int n, int k, double tokens, double seconds,
-                      double prompt=0.0) -> None:
-        """``observe`` from Python; ``prompt``: the round's prompt catch-up (not in ``seconds``)."""
+                      double prompt=0.0, double sat=0.0) -> None:
+        """``observe`` from Python; ``prompt``, ``sat``: the round's catch-up on prompts and on
+        rows sat out (neither in ``seconds``)."""
+        self.charge_try(n, k, tokens, seconds, prompt + sat)
         self.charge_prompt(n, prompt)
         self.observe(n, k, tokens, seconds)
 
@@ -333,4 +369,5 @@ cdef class BatchLength:
                 "samples": [self.cnt[n][k] for k in range(self.cnt[n].size())],
                 "up_gap": self.up_gap[n], "switches": self.n_switches,
                 "prompt_per_round": self.prompt_per_round(n),
+                "try_cost": self.try_cost[n], "try_gap": self._try_gap(n),
                 "judged": self.n_rounds}

@@ -19,18 +19,21 @@ N = 4
 
 
 def _run(bl, rates, rounds, n=N, noise=0.2, seed=0, slow=(), capture=(), prompts=None,
-         spread=True):
+         spread=True, sat=0.0):
     """``rounds`` rounds of ``n`` sequences, each at the cap ``bl`` decides, yielding at
     ``rates[k]`` tokens/s (time times 1 + noise * U(0, 1); rounds in ``slow`` 5x slower;
     ``capture``: the factors on the time of the first rounds after the cap changed, as a
     CUDA graph's uncaptured run and capture; ``prompts``: ``(every, cost)``, new requests
     every ``every`` rounds whose drafter catches up on their prompts at their first drafting
     round, for ``cost`` plain rounds' time, given apart (``spread``) or in the round's time as
-    before). Returns the caps and the tokens and seconds of every round."""
+    before; ``sat``: a drafting round after plain ones catches up on their rows for this
+    share of their time, given apart). Returns the caps and the tokens and seconds of every
+    round."""
     rnd = random.Random(seed)
     caps, toks, secs = [], [], []
     since = 0
     caught = True
+    plain_since = 0
     for r in range(rounds):
         k = bl.decide_round(n, len(rates) - 1)
         since = since + 1 if caps and caps[-1] == k else 0
@@ -41,15 +44,21 @@ def _run(bl, rates, rounds, n=N, noise=0.2, seed=0, slow=(), capture=(), prompts
         prompt = 0.0
         if prompts is not None:
             caught = caught and r % prompts[0] != 0
+            plain_since = plain_since if r % prompts[0] else 0     # a new request's rows
             if k > 0 and not caught:
                 prompt, caught = prompts[1] * n / rates[0], True
-        if spread:
-            bl.observe_round(n, k, tok, t, prompt)
+        t_sat = 0.0
+        if k > 0:
+            t_sat, plain_since = sat * plain_since * n / rates[0], 0
         else:
-            bl.observe_round(n, k, tok, t + prompt)
+            plain_since += 1
+        if spread:
+            bl.observe_round(n, k, tok, t, prompt, t_sat)
+        else:
+            bl.observe_round(n, k, tok, t + prompt, 0.0, t_sat)
         caps.append(k)
         toks.append(tok)
-        secs.append(t + prompt)
+        secs.append(t + prompt + t_sat)
     return caps, toks, secs
 
 
@@ -163,6 +172,26 @@ def test_plain_best_tries_cap_one_ever_less_often():
     assert bl.state(N)["up_gap"] == 128
 
 
+def test_plain_best_spaces_its_tries_by_what_they_cost():
+    """While plain decoding is best, a try of drafting catches the drafter up on the rows it
+    sat out and on a new request's prompt (an MTP head at 4 slots on a 2-core CPU: ~300 rows,
+    5% of a 48-token pass, every try). Tries doubling up to every 128 rounds cost the floor
+    3-7%; spaced by their measured cost, they take about ``TRY_BUDGET`` (2%) of the time."""
+    rates = PEAKS["cpu50"]
+    bl = BatchLength(4)
+    caps, toks, secs = _run(bl, rates, 1200, noise=0.0, prompts=(47, 5.0), sat=0.11)
+    tries = [r for r in range(1, len(caps)) if caps[r] > 0 and caps[r - 1] == 0]
+    gaps = [b - a for a, b in zip(tries, tries[1:])]
+    assert bl.state(N)["best"] == 0
+    assert bl.state(N)["try_cost"] > 0 and bl.state(N)["try_gap"] > 128
+    assert len(gaps) >= 3 and min(gaps[2:]) > 128, tries
+    assert sum(toks[300:]) / sum(secs[300:]) >= 0.965 * rates[0]
+    # tries that cost little (no catch-up) keep the doubling schedule
+    bl = BatchLength(4)
+    _run(bl, rates, 400, noise=0.0)
+    assert bl.state(N)["try_gap"] < 128 and bl.state(N)["up_gap"] == 128
+
+
 def test_drafting_best_keeps_plain_measured_and_drops_to_it_when_it_wins():
     """While cap 3 is best, a plain round in 32; when drafting stops paying (the text
     changed), the batch is back at plain decoding within a few plain rounds."""
@@ -230,12 +259,16 @@ def test_an_mtp_engine_batch_takes_the_measured_length(bigram_tiny_path):
     prompts = [[first] + greedy_cycle(bigram_tiny_path, [first], 7) for first in (3, 12, 21, 30)]
     with Engine(bigram_tiny_path, drafters=["mtp"], n_slots=4, n_ctx=512, n_max=4,
                 adaptive=True) as eng:
+        drafted = 0
         for _ in range(2):
             res = [h.result(120) for h in [eng.submit(p, max_tokens=40) for p in prompts]]
             for p, r in zip(prompts, res):
                 assert r.tokens == greedy_cycle(bigram_tiny_path, p, 40)
+            # (the batch starts at cap 2; where plain decoding wins on this tiny model, its
+            # tries are spaced by their cost and the second pass may draft nothing)
+            drafted += sum(r.stats.drafted for r in res)
         length = eng._core.ctl.length
         assert length.n_rounds > 0
         assert sum(length.state(n)["rounds"] for n in range(2, 5)) == length.n_rounds
         assert eng._core.ctl.floor.state(4)["rounds"] == 0      # the floor judged none of them
-        assert sum(r.stats.drafted for r in res) > 0
+        assert drafted > 0
