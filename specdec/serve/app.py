@@ -24,6 +24,7 @@ from .. import _request
 from .._core import ContextFullError
 from ..chat import TemplateLimits
 from .backend import Job, Piece
+from .cli import key_problem
 from .limits import MAX_BODY, OffLoop, body_too_large, check_messages, parse_body
 from .metrics import Metrics
 from .protocol import (APIError, Chunks, Envelope, Spec, bad, chat_spec, completion_spec,
@@ -52,10 +53,8 @@ class Server:
                  template_limits: TemplateLimits = TemplateLimits()) -> None:
         self.backend = backend
         self.models = model_names
-        if api_key is not None and (not api_key.strip() or api_key != api_key.strip()):
-            # an empty key let in every request that sent "Bearer " and nothing
-            raise ValueError("api_key must be a non-empty key without spaces around it "
-                             "(None: no key)")
+        if api_key is not None and key_problem(api_key) is not None:
+            raise ValueError(f"api_key: {key_problem(api_key)} (None: serve without a key)")
         self.api_key = api_key
         self.chat_template = chat_template
         self.template_limits = template_limits

@@ -7,7 +7,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, Optional
 
 
 from .._template_limits import DEFAULT_LIMITS, TemplateLimits
@@ -18,15 +18,22 @@ from ..prompt_cache import DEFAULT_MIB
 DEFAULT_PORT = 8937
 
 
+def key_problem(key: str) -> Optional[str]:
+    """Why ``key`` is no API key a request's header can match (None: it is one). An empty key
+    (``--api-key "$KEY"`` with ``KEY`` unset) let in every request that sent ``Bearer `` and
+    nothing; one with spaces around it let none in (the header's token is read stripped)."""
+    if not key.strip():
+        return "the key is empty"
+    if key != key.strip() or any(c in key for c in "\r\n"):
+        return "the key has spaces around it or a line break"
+    return None
+
+
 def _api_key(value: str) -> str:
-    """An API key as a request's header can carry it: an empty one (``--api-key "$KEY"`` with
-    ``KEY`` unset) let every request in that sent ``Bearer`` and nothing, and one with spaces
-    around it let none in (the header's token is read stripped)."""
-    if not value.strip():
-        raise argparse.ArgumentTypeError("the key is empty (from --api-key or $SPECDEC_API_KEY); "
-                                         "leave both out to serve without one")
-    if value != value.strip() or any(c in value for c in "\r\n"):
-        raise argparse.ArgumentTypeError("the key has spaces around it or a line break")
+    why = key_problem(value)
+    if why is not None:
+        raise argparse.ArgumentTypeError(f"{why} (from --api-key or $SPECDEC_API_KEY); leave "
+                                         "both out to serve without one")
     return value
 
 
