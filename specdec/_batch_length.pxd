@@ -35,5 +35,7 @@ cdef class BatchLength:
     cdef double prompt_per_round(self, int n) noexcept
     cdef void charge_try(self, int n, int k, double tokens, double t, double t_caught) noexcept
     cdef int _try_gap(self, int n) noexcept
+    cdef void take(self, int n, int k, double tokens, double t, double t_prompt,
+                   double t_caught) noexcept
     cdef int judge(self, list seqs) except -1
     cdef int settle(self, list seqs, double t) except -1

@@ -340,12 +340,17 @@ cdef class BatchLength:
             # the cost of a try while plain decoding is best (see the module)
             t_caught += s.t_caught
             t_prompt += s.t_caught - s.t_caught_out
-        t -= t_caught
-        self.charge_try(self.n_in, self.k_round, tokens, t, t_caught)
-        self.charge_prompt(self.n_in, t_prompt)
-        self.observe(self.n_in, self.k_round, tokens, t)
+        self.take(self.n_in, self.k_round, tokens, t - t_caught, t_prompt, t_caught)
         self.kind = 0
         return 0
+
+    cdef void take(self, int n, int k, double tokens, double t, double t_prompt,
+                   double t_caught) noexcept:
+        """A round measured: ``t`` seconds without its drafters' catch-up ``t_caught``, of
+        which ``t_prompt`` was on prompts (spread over the rounds), the rest on rows sat out."""
+        self.charge_try(n, k, tokens, t, t_caught)
+        self.charge_prompt(n, t_prompt)
+        self.observe(n, k, tokens, t)
 
     def decide_round(self, int n, int k_top) -> int:
         """``decide`` from Python: the cap of a round of ``n`` sequences (caps up to ``k_top``)."""
@@ -355,9 +360,7 @@ cdef class BatchLength:
                       double prompt=0.0, double sat=0.0) -> None:
         """``observe`` from Python; ``prompt``, ``sat``: the round's catch-up on prompts and on
         rows sat out (neither in ``seconds``)."""
-        self.charge_try(n, k, tokens, seconds, prompt + sat)
-        self.charge_prompt(n, prompt)
-        self.observe(n, k, tokens, seconds)
+        self.take(n, k, tokens, seconds, prompt, prompt + sat)
 
     def state(self, int n) -> dict:
         """At ``n`` sequences: the best cap (-1: none yet), each cap's rate (tokens/s, 0
