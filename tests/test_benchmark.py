@@ -280,9 +280,13 @@ def test_gate_passes_as_is_and_fails_on_a_slowed_build(bench_cache, tmp_path, mo
     assert "mtp-tiny-90: specdec plain / llama-bench" in base["ratios"]
     assert "mtp-tiny-90: specdec mtp best fixed / llama.cpp draft-mtp best" in base["ratios"]
 
-    # the same build again: within the margin (tiny-model timings are noisy, hence 35%)
+    # the same build again passes the gate as users run it: each ratio's tolerance from the
+    # two runs' spreads. Tiny-model timings are noisy, so here no tolerance is under 35%: a
+    # fixed 35% failed in CI on the draft-mtp peer ratio, whose baseline (2.11, spread 21%,
+    # one slow llama.cpp process) the next run read as 1.33 (-37%)
+    monkeypatch.setattr(compare, "MIN_TOLERANCE", 0.35)
     rc = main(["bench", "--matrix", "tiny", "--reps", "3", "--no-plots", "--quiet",
-               "--out", str(tmp_path / "same"), "--compare", str(base_path), "--margin", "0.35"])
+               "--out", str(tmp_path / "same"), "--compare", str(base_path)])
     assert rc == 0
 
     # a slowed build: 2 ms per round is several times a tiny-model round
