@@ -232,7 +232,7 @@ cdef class Context:
         self.n_threads = n_threads
         self._head.n_threads = n_threads
 
-    def set_lazy_head(self, on, *, grammar=None):
+    def set_lazy_head(self, on, *, grammar=None, upto=None):
         """Turn the lazy LM head off (every decode then runs llama.cpp's whole graph, its
         own head included) or on again, between decodes. Only a context made with
         ``lazy_logits=True`` has the head to turn on (its graph callback is set at
@@ -241,14 +241,24 @@ cdef class Context:
         ``grammar``: whether, while it is off, decodes holding rows a grammar masks (the
         controller's, under a constraint) still stop at the norm: the verifier then gets a
         row that allows few tokens as those tokens' logits alone (``masked_logits_c``), far
-        cheaper than either whole head (None: unchanged; it starts False)."""
+        cheaper than either whole head (None: unchanged; it starts False).
+
+        ``upto``: while it is off, decodes of at most this many output rows still stop at
+        the norm (0: none; None: unchanged). The lazy head reads its whole weight once per
+        pass for the rows it computes, llama.cpp's head multiplies every output row in the
+        graph: on a CPU where the lazy head wins a plain step and loses a long verify, each
+        decode takes the one that is faster for its rows (``head_choice``)."""
         self._alive()
-        if (on or grammar) and not self._head_installed:
+        if upto is not None and (isinstance(upto, bool) or not isinstance(upto, int) or upto < 0):
+            raise ValueError(f"upto must be an int >= 0, got {upto!r}")
+        if (on or grammar or upto) and not self._head_installed:
             raise ValueError("this context was made without lazy_logits: there is no lazy "
                              "head to turn on")
         self._head.enabled = bool(on)
         if grammar is not None:
             self._head.grammar = bool(grammar)
+        if upto is not None:
+            self._head.upto = min(upto, 1 << 30)
 
     @property
     def lazy_head_grammar(self) -> bool:
@@ -257,9 +267,16 @@ cdef class Context:
         return self._head.grammar
 
     @property
+    def lazy_head_upto(self) -> int:
+        """While the lazy head is off, decodes of at most this many output rows use it all
+        the same (``set_lazy_head``; 0: none)."""
+        return self._head.upto
+
+    @property
     def lazy_logits(self) -> str:
         """The lazy LM head: ``"off"``, ``"pending"`` (enabled, the first decode finds the
-        output weight), ``"on"``, or why it cannot run on this model."""
+        output weight), ``"on"``, ``"on up to N rows"`` (decodes of more output rows run
+        llama.cpp's head: ``set_lazy_head(upto=N)``), or why it cannot run on this model."""
         return _lazy_head_status(self._head)
 
     @property

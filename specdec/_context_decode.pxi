@@ -65,7 +65,7 @@ cdef int _decode(Context self, Batch batch, bint grammar) except -1:
     for s in range(self.n_seq_max):
         n_seqs_in += self._seq_ntok[s] > 0
         most = max(most, self._seq_ntok[s])
-    _lazy_head_begin(self._head, n, self.n_ubatch, n_seqs_in, self._lazy_multi, grammar)
+    _lazy_head_begin(self._head, n, n_out, self.n_ubatch, n_seqs_in, self._lazy_multi, grammar)
     self._lazy = False
     # the snapshots the batch can need: a sequence of m tokens rolls back at most m - 1
     cdef bint trim = self._rollback_trim

@@ -8,12 +8,13 @@
 # whole graph and llama.cpp's logits stand.
 
 
-cdef inline void _lazy_head_begin(sd_lm_head * h, int n_tokens, int n_ubatch,
+cdef inline void _lazy_head_begin(sd_lm_head * h, int n_tokens, int n_out, int n_ubatch,
                                   int n_seqs, bint multi, bint grammar) noexcept:
     """Before a decode: let it stop at the norm when the head runs (or, off, the decode holds
-    a grammar's rows and ``h.grammar`` says to serve those) and the batch allows (``multi``:
-    several sequences keep their batch order)."""
-    h.active = ((h.enabled or (grammar and h.grammar)) and h.state == 1
+    a grammar's rows and ``h.grammar`` says to serve those, or it has at most ``h.upto``
+    output rows) and the batch allows (``multi``: several sequences keep their batch order)."""
+    h.active = ((h.enabled or (grammar and h.grammar) or (h.upto > 0 and n_out <= h.upto))
+                and h.state == 1
                 and n_tokens <= n_ubatch and (n_seqs == 1 or multi))
     sd_lm_head_begin(h)
 
@@ -30,7 +31,7 @@ cdef int _lazy_head_finish(sd_lm_head * h, int n_outputs, int n_vocab) except -1
 
     The first decode finds the output weight; a head that cannot serve this model is turned
     off for good, with the reason in ``h.why``."""
-    if (h.enabled or h.grammar) and h.state == 1 and h.n_vocab != n_vocab:
+    if (h.enabled or h.grammar or h.upto > 0) and h.state == 1 and h.n_vocab != n_vocab:
         h.state = -1
         h.why = b"the output weight's rows are not the vocabulary"
     if not h.active:
@@ -52,12 +53,12 @@ cdef int _lazy_head_finish(sd_lm_head * h, int n_outputs, int n_vocab) except -1
 
 
 cdef str _lazy_head_status(const sd_lm_head * h):
-    if not h.enabled:
+    if not h.enabled and h.upto <= 0:
         return "off"
     if h.state == 0:
         return "pending"
     if h.state == 1:
-        return "on"
+        return "on" if h.enabled else f"on up to {h.upto} rows"
     return "unavailable: " + h.why.decode()
 
 

@@ -314,6 +314,7 @@ cdef extern from "_lm_head.h" nogil:
         cbool batch_invariant
         cbool active
         cbool grammar
+        int upto
         int n_threads
         int state
         const char * why

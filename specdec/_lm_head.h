@@ -121,6 +121,8 @@ struct sd_lm_head {
     bool active = false;    // this decode: stop at the norm (set before each llama_decode)
     bool grammar = false;   // while not enabled, still serve decodes that hold a grammar's
                             // rows (the owner sets active for them): see Context.set_lazy_head
+    int upto = 0;           // while not enabled, still serve decodes of at most this many
+                            // output rows (where the lazy head is the faster one for them)
     int n_threads = 1;
     // discovered from the first normal decode: 0 unknown, 1 usable, -1 unusable
     int state = 0;
@@ -238,7 +240,7 @@ static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
 static bool sd_lm_head_cb(ggml_tensor * t, bool ask, void * user_data) {
     sd_lm_head * h = (sd_lm_head *) user_data;
     // (off but serving a grammar's rows, the first decode finds the weight all the same)
-    if (!(h->enabled || h->grammar) || h->state < 0) return false;
+    if (!(h->enabled || h->grammar || h->upto > 0) || h->state < 0) return false;
     if (ask) {
         if (h->state == 0) {
             if (strcmp(t->name, "result_norm") == 0) h->norm_seen = t;

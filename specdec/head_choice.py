@@ -7,8 +7,19 @@ llama.cpp's head is slow for the rows a decode asks for (tinyBLAS on an AMD EPYC
 row of Gemma's 262k-token head), and loses where llama.cpp's kernels beat ``vec_dot`` (an
 Intel Xeon with AVX-512: t_lm_head 1.71 s against t_target 1.21 s for 128 tokens). Which
 one wins depends on the CPU, the head's type and width and the thread count, so it is
-measured: decodes of a plain step and of a verify batch (``n_max + 1`` rows, each one
-read, as a fully accepted draft reads them) each way, interleaved, medians compared.
+measured: decodes of a plain step, of a verify batch (``n_max + 1`` rows, each one read, as
+a fully accepted draft reads them) and, for a long verify, of one in between, each way,
+interleaved, medians compared.
+
+The choice is per decode, by its output rows. The lazy head reads its whole weight once per
+pass for the rows it computes and wins a plain step; llama.cpp's multiplies every output row
+in the graph, and on an AMD EPYC wins a verify of 65 rows (Gemma: 238 ms against 247) while
+losing the plain step (14.3 ms against 12.1) and a verify of 17 rows (91 against 74). One
+choice for every decode, taken on the plain step plus the 65-row verify, gave llama.cpp's
+head to an adaptive suffix drafter's plain steps, which its code prompts are mostly: 0.79x
+plain decoding while drafting nothing. So the measured shapes give ``upto``, the most output
+rows a decode may have and still take the lazy head (where the two heads' times cross,
+interpolated between the measured shapes); decodes with more rows run llama.cpp's.
 
 The record lives in the cache dir (``head-choice/<key>.json``), keyed by the model's
 content, the CPU, the thread count, exact mode and the verify width, so later loads do
@@ -33,7 +44,7 @@ import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import cache
 from ._build_facts import LLAMA_CPP_PIN
@@ -41,11 +52,17 @@ from ._core import Batch, Context, LlamaAbortError
 from ._cpu import cpu_model
 
 #: bump when the measurement or the record changes meaning: older records are then ignored
-FORMAT = 2
+FORMAT = 3
 #: the sub-directory of the cache dir holding the records
 KIND = "head-choice"
 #: timed decodes per path and shape (after one untimed decode of each)
 REPS = 5
+#: a verify of at least this many rows is measured at a shape in between too (its quarter):
+#: the two heads' times are not straight lines in the rows, and the crossing is found between
+#: the two measured shapes it lies between
+MID_FROM = 8
+#: ``upto`` where the lazy head wins every measured shape: every decode takes it
+EVERY = 1 << 30
 #: a measurement is recorded only when each path's timed runs of a shape agree within this
 #: factor (the second slowest against the fastest: one outlier is allowed) ...
 NOISY_SPREAD = 2.0
@@ -63,6 +80,36 @@ class HeadTimes:
     lazy_verify: float = 0.0
     graph_verify: float = 0.0
     spread: float = 1.0     # the widest agreement of one path's runs (see NOISY_SPREAD)
+    plain_rows: int = 1     # the shapes timed: a plain step's output rows, ...
+    verify_rows: int = 0    # ... a verify's (0: none), ...
+    mid_rows: int = 0       # ... and one in between (0: none), timed so:
+    lazy_mid: float = 0.0
+    graph_mid: float = 0.0
+
+    def shapes(self) -> List[Tuple[int, float, float]]:
+        """``(rows, lazy, graph)`` of each shape timed, fewest rows first."""
+        out = [(self.plain_rows, self.lazy_plain, self.graph_plain)]
+        if self.mid_rows:
+            out.append((self.mid_rows, self.lazy_mid, self.graph_mid))
+        if self.verify_rows:
+            out.append((self.verify_rows, self.lazy_verify, self.graph_verify))
+        return out
+
+    @property
+    def upto(self) -> int:
+        """The most output rows a decode may have and take the lazy head: 0 where llama.cpp's
+        wins the plain step, ``EVERY`` where the lazy head wins every shape timed, else where
+        the two heads' times cross, interpolated between the shapes on either side."""
+        pts = self.shapes()
+        n0, l0, g0 = pts[0]
+        if l0 > g0:
+            return 0
+        for n1, l1, g1 in pts[1:]:
+            if l1 > g1:      # the lazy head's lead (g - l) falls from >= 0 to < 0 in (n0, n1]
+                lead0, lead1 = g0 - l0, g1 - l1
+                return n0 + int((n1 - n0) * lead0 / (lead0 - lead1))
+            n0, l0, g0 = n1, l1, g1
+        return EVERY
 
     @property
     def lazy_wins(self) -> bool:
@@ -81,12 +128,19 @@ class HeadTimes:
 
 @dataclass(frozen=True)
 class HeadChoice:
-    """The head a context uses and why: ``lazy`` (else llama.cpp's), the ``times`` it
+    """The head a context uses and why: ``lazy`` (every decode), else the lazy head for
+    decodes of at most ``upto`` output rows and llama.cpp's for the rest; the ``times`` it
     was chosen by, and whether they came from the cache (``cached``)."""
 
     lazy: bool
     times: HeadTimes
     cached: bool
+    upto: int = 0
+
+    @classmethod
+    def of(cls, times: HeadTimes, cached: bool = False) -> "HeadChoice":
+        upto = times.upto
+        return cls(upto == EVERY, times, cached, 0 if upto == EVERY else upto)
 
 
 def key_fields(ctx: Context, *, verify_rows: int, exact: bool) -> Dict[str, Any]:
@@ -113,17 +167,18 @@ def load(path: Path, fields: Dict[str, Any]) -> Optional[HeadChoice]:
         if not isinstance(rec, dict) or any(rec.get(k) != v for k, v in fields.items()):
             return None
         t = rec["times"]
-        times = HeadTimes(**{k: float(t[k]) for k in HeadTimes.__dataclass_fields__})
-        if not isinstance(rec["lazy"], bool):
+        times = HeadTimes(**{k: (int if f.type in (int, "int") else float)(t[k])
+                             for k, f in HeadTimes.__dataclass_fields__.items()})
+        if not isinstance(rec["lazy"], bool) or type(rec["upto"]) is not int or rec["upto"] < 0:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return HeadChoice(rec["lazy"], times, cached=True)
+    return HeadChoice(rec["lazy"], times, cached=True, upto=rec["upto"])
 
 
 def save(path: Path, fields: Dict[str, Any], choice: HeadChoice) -> None:
     """Writes the record (atomically: a reader sees the old one or the new one)."""
-    rec = dict(fields, lazy=choice.lazy, times=asdict(choice.times),
+    rec = dict(fields, lazy=choice.lazy, upto=choice.upto, times=asdict(choice.times),
                measured=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -149,7 +204,8 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
     the lazy head on; None when the lazy head cannot serve this model (llama.cpp's head is
     then the only one). Sequence 0's memory is cleared before and after."""
     token = min(1, ctx.n_vocab - 1)
-    shapes = [plain_rows] + ([verify_rows] if verify_rows > 0 else [])
+    mid = verify_rows // 4 + 1 if verify_rows >= MID_FROM else 0
+    shapes = [plain_rows] + [n for n in (mid, verify_rows) if n > plain_rows]
     batches = {}
     for n in shapes:
         b = Batch(n)
@@ -182,9 +238,11 @@ def measure(ctx: Context, *, plain_rows: int, verify_rows: int) -> Optional[Head
             ctx.set_lazy_head(True)
         except LlamaAbortError:
             pass   # a decode above aborted (the context is freed): its error is the one raised
-    v = verify_rows if verify_rows > 0 else None
+    v = verify_rows if verify_rows > plain_rows else 0
+    m = mid if mid > plain_rows else 0
     return HeadTimes(med[(True, plain_rows)], med[(False, plain_rows)],
-                     med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0, spread)
+                     med[(True, v)] if v else 0.0, med[(False, v)] if v else 0.0, spread,
+                     plain_rows, v, m, med[(True, m)] if m else 0.0, med[(False, m)] if m else 0.0)
 
 
 def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoice]:
@@ -199,7 +257,7 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
         times = measure(ctx, plain_rows=2 if exact else 1, verify_rows=verify_rows)
         if times is None:
             return None
-        choice = HeadChoice(times.lazy_wins, times, cached=False)
+        choice = HeadChoice.of(times)
         if path is not None and fields is not None and times.steady:
             try:
                 save(path, fields, choice)
@@ -207,5 +265,5 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
                 pass   # a read-only cache dir: measured again at the next load
     # under a grammar the lazy head computes a row's allowed tokens only, which beats either
     # whole head: decodes holding a grammar's rows keep it whichever head won unconstrained
-    ctx.set_lazy_head(choice.lazy, grammar=True)
+    ctx.set_lazy_head(choice.lazy, grammar=True, upto=choice.upto)
     return choice

@@ -4,9 +4,10 @@ by later loads; True / False override it; a record that does not parse or was ma
 something else is ignored; output is the same whichever head runs."""
 import json
 
+import numpy as np
 import pytest
 
-from specdec import Decoder, head_choice
+from specdec import Batch, Decoder, head_choice
 from specdec.head_choice import HeadChoice, HeadTimes
 
 
@@ -51,13 +52,15 @@ def test_auto_measures_once_and_records_the_choice(tiny_dense_path, cache_dir, m
     assert rec["verify_rows"] == 5 and rec["exact"] is False and rec["n_threads"] == dec.ctx.n_threads
     t = rec["times"]
     assert all(t[k] > 0 for k in ("lazy_plain", "graph_plain", "lazy_verify", "graph_verify"))
-    assert rec["lazy"] == (t["lazy_plain"] + t["lazy_verify"] <= t["graph_plain"] + t["graph_verify"])
-    assert (dec.ctx.lazy_logits != "off") == rec["lazy"]
+    upto = HeadTimes(**t).upto
+    assert rec["lazy"] == (upto == head_choice.EVERY)
+    assert rec["upto"] == (0 if rec["lazy"] else upto) and dec.ctx.lazy_head_upto == rec["upto"]
+    assert (dec.ctx.lazy_logits != "off") == (rec["lazy"] or upto > 0)
     out = dec.generate([11, 52, 97], max_tokens=12).tokens
     dec.close()
     _no_measuring(monkeypatch)
     with Decoder(tiny_dense_path, drafter="ngram") as again:   # read back, not timed
-        assert (again.ctx.lazy_logits != "off") == rec["lazy"]
+        assert (again.ctx.lazy_logits != "off") == (rec["lazy"] or upto > 0)
         assert again.generate([11, 52, 97], max_tokens=12).tokens == out
     assert _records(cache_dir) == [rec_path]
 
@@ -194,7 +197,7 @@ def test_a_disturbed_measurement_is_used_not_recorded(tiny_dense_path, cache_dir
     assert not times.steady
     for _ in range(2):
         with Decoder(tiny_dense_path, drafter="ngram") as dec:
-            assert (dec.ctx.lazy_logits != "off") == times.lazy_wins
+            assert (dec.ctx.lazy_logits != "off") == (times.upto > 0)
     assert calls == [(1, 5), (1, 5)]
     assert _records(cache_dir) == []
     assert HeadTimes(1.0, 1.2, 2.0, 2.5, spread=1.9).steady
@@ -204,3 +207,59 @@ def test_measure_reports_how_far_its_runs_agree(tiny_dense_path):
     with Decoder(tiny_dense_path, drafter="ngram", lazy_logits=True) as dec:
         times = head_choice.measure(dec.ctx, plain_rows=1, verify_rows=5)
     assert times is not None and times.spread >= 1.0
+
+
+@pytest.mark.parametrize("times, upto", [
+    # the lazy head wins the plain step and loses the verify: where their times cross
+    (HeadTimes(12.0, 14.0, 247.0, 239.0, plain_rows=1, verify_rows=65), 1 + 64 * 2 // 10),
+    # ... found between the two shapes on either side of the crossing (Gemma on an EPYC)
+    (HeadTimes(12.1, 14.3, 247.0, 238.0, plain_rows=1, verify_rows=65, mid_rows=17,
+               lazy_mid=74.5, graph_mid=91.2), 17 + int(48 * 16.7 / (16.7 + 9.0))),
+    (HeadTimes(1.0, 2.0, 3.0, 4.0, plain_rows=1, verify_rows=5), head_choice.EVERY),
+    (HeadTimes(1.0, 2.0, plain_rows=1), head_choice.EVERY),          # nothing drafts
+    (HeadTimes(2.0, 1.0, 3.0, 4.0, plain_rows=1, verify_rows=5), 0),  # loses the plain step
+    (HeadTimes(1.0, 1.0, 5.0, 4.0, plain_rows=2, verify_rows=9), 2),  # a tie goes lazy
+], ids=["two-shapes", "mid-shape", "wins-all", "plain-only", "loses-plain", "tie"])
+def test_the_lazy_head_takes_the_decodes_whose_rows_it_is_faster_for(times, upto):
+    assert times.upto == upto
+    choice = HeadChoice.of(times)
+    assert choice.lazy == (upto == head_choice.EVERY)
+    assert choice.upto == (0 if choice.lazy else upto)
+
+
+def test_decodes_up_to_upto_rows_take_the_lazy_head_the_rest_llama_cpps(tiny_dense_path,
+                                                                         monkeypatch):
+    """A choice of ``upto`` rows: plain steps (one row) run the lazy head, a verify of more
+    rows llama.cpp's; the output is the same as with either head alone."""
+    monkeypatch.setattr(head_choice, "measure", lambda ctx, *, plain_rows, verify_rows: HeadTimes(
+        1.0, 2.0, 9.0, 6.0, plain_rows=plain_rows, verify_rows=verify_rows))
+    prompt = [11, 52, 97, 140, 11, 52, 97, 140, 11, 52, 97, 140]
+    with Decoder(tiny_dense_path, drafter="ngram", n_max=8) as dec, \
+            Decoder(tiny_dense_path, drafter="ngram", n_max=8, lazy_logits=False) as ref:
+        assert dec.ctx.lazy_head_upto == 1 + 8 * 1 // 4
+        assert dec.ctx.lazy_logits == "pending"     # the first decode finds the weight
+        passes0 = dec.ctx.lazy_logits_passes
+        for n, expect_lazy in ((1, False), (1, True), (3, True), (4, False), (9, False)):
+            b = Batch(n)
+            for i in range(n):
+                b.add(11 + i, i, 0, True)
+            dec.ctx.seq_rm(0, -1, -1)
+            dec.ctx.decode(b)
+            got = np.array(dec.ctx.logits(n - 1))
+            ref.ctx.seq_rm(0, -1, -1)
+            ref.ctx.decode(b)
+            assert np.allclose(got, ref.ctx.logits(n - 1), atol=1e-3)
+            passes = dec.ctx.lazy_logits_passes
+            assert (passes != passes0) == expect_lazy, n
+            passes0 = passes
+        assert dec.ctx.lazy_logits == "on up to 3 rows"
+        dec.ctx.seq_rm(0, -1, -1)
+        assert dec.generate(prompt, max_tokens=24).tokens == \
+            ref.generate(prompt, max_tokens=24).tokens
+        with pytest.raises(ValueError, match="upto must be an int"):
+            dec.ctx.set_lazy_head(False, upto=-1)
+        assert dec.ctx.lazy_head_upto == 3
+        dec.ctx.set_lazy_head(False, upto=0)
+        assert dec.ctx.lazy_logits == "off"
+        with pytest.raises(ValueError, match="without lazy_logits"):
+            ref.ctx.set_lazy_head(False, upto=2)

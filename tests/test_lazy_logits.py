@@ -123,7 +123,8 @@ def test_refused_where_it_cannot_run(tiny_qwen35):
 def test_decoder_uses_it_where_it_can(tiny_dense, tiny_qwen35):
     """``lazy_logits=True`` puts the head on wherever it can run (it finds the output weight
     at the first decode); the default, ``"auto"``, keeps the head it timed faster than the
-    other (``test_head_choice``), so it is on or off once decoding."""
+    other (``test_head_choice``), so it is on, off, or on for decodes of up to some rows
+    once decoding."""
     assert Decoder(tiny_dense, drafter="ngram", lazy_logits=True).ctx.lazy_logits == "pending"
     assert Decoder(tiny_dense, lazy_logits=False).ctx.lazy_logits == "off"
     assert Decoder(tiny_qwen35, drafter="mtp", lazy_logits=True).ctx.lazy_logits == "pending"
@@ -131,7 +132,8 @@ def test_decoder_uses_it_where_it_can(tiny_dense, tiny_qwen35):
     for m, d in ((tiny_dense, "ngram"), (tiny_qwen35, "mtp")):
         dec = Decoder(m, drafter=d)
         dec.generate([11, 52, 97], max_tokens=3)
-        assert dec.ctx.lazy_logits in ("on", "off")
+        assert dec.ctx.lazy_logits in ("on", "off", f"on up to {dec.ctx.lazy_head_upto} rows")
+        assert (dec.ctx.lazy_head_upto > 0) == dec.ctx.lazy_logits.startswith("on up to")
 
 
 def test_hybrid_target_with_mtp_hidden_rows(tiny_qwen35):
