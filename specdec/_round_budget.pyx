@@ -158,8 +158,10 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
             s.k = s.draft.tokens.size()     # all of it is verified
             continue
         # (a round whose cap was 0 drafted forced tokens only: to its policy, a plain round)
-        s.k = s.req.policy.choose(s.draft.tokens.size() if s.k_cap > 0 else 0, s.t_asked)
-        s.k = max(s.k, s.n_forced)      # forced tokens are near-certain: never cut
+        # forced tokens are certain: never cut; the policy weighs the drafter's tokens after
+        # them, by their own positions' acceptance (``Controller._observe_policy``)
+        s.k = s.n_forced + s.req.policy.choose(
+            <int>s.draft.tokens.size() - s.n_forced if s.k_cap > 0 else 0, s.t_asked)
     _budget(batch_cost, seqs, True, t_drafted)
     for s in seqs:
         s.pred_e = s.req.policy.predicted_tokens
@@ -184,7 +186,7 @@ cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted
     pay by each request's own acceptance, up to what its drafter proposed; the drafting time
     ``t_drafted`` is spent: it counts in the round's time, not as a cost of a row."""
     cdef double a, b, tokens, time
-    cdef int j, k
+    cdef int j, k, f
     if not _cost_line(batch_cost, len(seqs), &a, &b):
         return 0
     cdef _Seq s
@@ -201,13 +203,21 @@ cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted
             tokens += s.req.acc.gain(k)
             time += b * k
             continue
+        # a grammar's forced tokens lead the draft: rows spent, each a token for sure; the
+        # drafter's rows after them are weighed by its own positions' acceptance
+        f = min(s.n_forced, k) if drafted else 0
+        tokens += f
+        time += b * f
+        k -= f
         if s.req.policy.adaptive and not _measures(s):
+            if k <= 0:
+                continue
             free.append(s)
             k_max.push_back(k)
             cost.push_back(b if drafted else b + s.req.policy._draft_time(k) / k)
         elif drafted:   # a fixed length, an exploration: its rows are spent anyway
-            tokens += s.req.acc.gain(s.k)
-            time += b * s.k
+            tokens += s.req.acc.gain(s.k - f)
+            time += b * (s.k - f)
         else:
             tokens += s.req.acc.gain(k)
             time += b * k + s.req.policy._draft_time(k)
@@ -216,9 +226,9 @@ cdef int _budget(BatchCost batch_cost, list seqs, bint drafted, double t_drafted
         s = <_Seq> free[j]
         if not drafted:
             s.k_cap = k_out[j]
-        elif max(k_out[j], s.n_forced) != s.k:
-            s.k = max(k_out[j], s.n_forced)      # forced tokens are never cut
-            s.req.policy._predict(s.k, s.t_asked)
+        elif s.n_forced + k_out[j] != s.k:
+            s.k = s.n_forced + k_out[j]      # forced tokens are never cut
+            s.req.policy._predict(k_out[j], s.t_asked)
     return 0
 
 

@@ -162,7 +162,12 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
         # verify shapes set up before the first request (exact mode's check decodes them)
         ctx.warm_up(min(n_max + 1, ctx.n_batch))
     if measured and lazy_logits and not model.is_remote:
-        choose_head(ctx, verify_rows=n_max + 1 if n_max else 0, exact=exact)
+        # timed up to the largest decode a round makes: every sequence's verify at once (an
+        # Engine's plain step of n_seq_max rows when nothing drafts), so the rows where the
+        # two heads cross are found within the shapes the rounds decode
+        # (one sequence holds the timed rows: at most its room, and one ubatch)
+        widest = min(n_seq_max * (n_max + 1), ctx.n_ubatch, ctx.n_ctx_seq)
+        choose_head(ctx, verify_rows=widest if widest > 1 else 0, exact=exact)
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:
         d.bind(target, n_seq_max)
