@@ -119,6 +119,11 @@ def _check_invariance(ctx: Context, rows: int) -> None:
 LazyLogits = Union[bool, str, None]
 
 
+#: the widest decode the LM head choice times (``head_choice``): Gemma's lazy head costs ~3.7 ms
+#: a row on a 2-core EPYC, and each shape is timed 12 times each way
+HEAD_ROWS_TIMED = 128
+
+
 def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_ctx: int,
                  n_batch: int, n_ubatch: Optional[int], n_threads: Optional[int],
                  n_seq_max: int, exact: bool, lazy_logits: LazyLogits,
@@ -165,8 +170,9 @@ def make_context(model: Model, drafters: List[Drafter], spec: SpecConfig, *, n_c
         # timed up to the largest decode a round makes: every sequence's verify at once (an
         # Engine's plain step of n_seq_max rows when nothing drafts), so the rows where the
         # two heads cross are found within the shapes the rounds decode
-        # (one sequence holds the timed rows: at most its room, and one ubatch)
-        widest = min(n_seq_max * (n_max + 1), ctx.n_ubatch, ctx.n_ctx_seq)
+        # (one sequence holds the timed rows: at most its room, and one ubatch; at most
+        # HEAD_ROWS_TIMED, whose timing on Gemma takes seconds, once per model and setting)
+        widest = min(n_seq_max * (n_max + 1), ctx.n_ubatch, ctx.n_ctx_seq, HEAD_ROWS_TIMED)
         choose_head(ctx, verify_rows=widest if widest > 1 else 0, exact=exact)
     target = TargetView(ctx)   # drafters read the target; only the controller writes
     for d in drafters:

@@ -263,3 +263,21 @@ def test_decodes_up_to_upto_rows_take_the_lazy_head_the_rest_llama_cpps(tiny_den
         assert dec.ctx.lazy_logits == "off"
         with pytest.raises(ValueError, match="without lazy_logits"):
             ref.ctx.set_lazy_head(False, upto=2)
+
+
+def test_an_engine_times_the_heads_up_to_its_widest_decode(tiny_dense_path, monkeypatch):
+    """Every slot's verify in one decode: an Engine of 4 slots at n_max 4 decodes up to 20
+    rows, so its heads are timed up to 20 (a plain Engine: one row per slot), at most
+    ``HEAD_ROWS_TIMED``."""
+    from specdec import Engine, _setup
+    calls = []
+
+    def fake(ctx, *, plain_rows, verify_rows):
+        calls.append(verify_rows)
+        return HeadTimes(1.0, 2.0, 3.0, 4.0, plain_rows=plain_rows, verify_rows=verify_rows)
+    monkeypatch.setattr(head_choice, "measure", fake)
+    for kw, rows in ((dict(drafters=["ngram"], n_max=4), 20), (dict(), 4),
+                     (dict(drafters=["ngram"], n_max=40), 128)):
+        with Engine(tiny_dense_path, n_slots=4, n_ctx=1024, **kw) as eng:
+            assert calls[-1] == min(rows, _setup.HEAD_ROWS_TIMED) and eng is not None
+    assert _setup.HEAD_ROWS_TIMED == 128
