@@ -32,7 +32,7 @@ from libcpp.vector cimport vector
 
 from ._core cimport Model, Context, Batch
 from ._policy cimport DraftPolicy, BatchCost
-from ._round_budget cimport wanted, observed, draft_caps, draft_lengths
+from ._round_budget cimport wanted, observe_drafter, draft_caps, draft_lengths
 from ._timing cimport now, lap, T_TARGET, T_HEAD, T_DRAFT, T_VERIFY, T_CONTROL, N_PARTS
 from ._output cimport RUNNING, CTX_FULL
 from ._verify cimport Verifier, sparse_rows
@@ -530,24 +530,10 @@ cdef class Controller:
         return 0
 
     cdef int _observe_policy(self, _Seq s, int k, int a, int tokens) except -1:
-        """The round's outcome and cost to the policy (not for the exact-mode filler guess).
-
-        The policy judges the drafter: a grammar's forced tokens leading the draft are no
-        drafts of it. Its positions' acceptance starts after them, and of the verify's time
-        its rows' share (the drafter's and the pending token's, by rows) is its cost: counted
-        in, a forced run of five made a draft of two look twice its cost, and drafting stopped
-        where it paid."""
+        """The round's outcome and cost to the policy (not for the exact-mode filler guess)."""
         if s.kind == FILLER or s.kind == FORCED:     # no drafter's proposal
             return 0
-        cdef int f = min(s.n_forced, k)
-        cdef int k_d = k - f if a >= f else 0, a_d = a - f if a >= f else 0
-        cdef double t_v = s.t_v * (k_d + 1) / (k + 1)
-        s.req.acc.observe(k_d, a_d)
-        observed(s, k_d, a_d)
-        s.req.policy.observe(k_d, a_d, t_v)
-        s.req.policy.observe_round(s.pred_e, s.pred_t, tokens - (a - a_d), s.t_asked + t_v,
-                                   s.t_caught)
-        return 0
+        return observe_drafter(s, k, a, tokens)
 
     # --- results ----------------------------------------------------------------------
 

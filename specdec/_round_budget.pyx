@@ -94,6 +94,26 @@ cdef void observed(_Seq s, int k, int a) noexcept:
         s.req.probe_owed = s.probe and a == k
 
 
+cdef int observe_drafter(_Seq s, int k, int a, int tokens) except -1:
+    """A round of ``s`` that verified ``k`` draft rows, accepted ``a`` and gave ``tokens``, to
+    its request's acceptance and its policy.
+
+    The policy judges the drafter: a grammar's forced tokens leading the draft are no
+    drafts of it. Its positions' acceptance starts after them, and of the verify's time its
+    rows' share (the drafter's and the pending token's, by rows) is its cost: counted in, a
+    forced run of five made a draft of two look twice its cost, and drafting stopped where
+    it paid."""
+    cdef int f = min(s.n_forced, k)
+    cdef int k_d = k - f if a >= f else 0, a_d = a - f if a >= f else 0
+    cdef double t_v = s.t_v * (k_d + 1) / (k + 1)
+    s.req.acc.observe(k_d, a_d)
+    observed(s, k_d, a_d)
+    s.req.policy.observe(k_d, a_d, t_v)
+    s.req.policy.observe_round(s.pred_e, s.pred_t, tokens - (a - a_d), s.t_asked + t_v,
+                               s.t_caught)
+    return 0
+
+
 cdef inline bint _measures(_Seq s) noexcept:
     """A round in which ``s`` verifies what it asked for, as the budget leaves it: its
     policy explores or probes, or its request probes on its own. Such a round measures."""
