@@ -281,3 +281,22 @@ def test_an_engine_times_the_heads_up_to_its_widest_decode(tiny_dense_path, monk
         with Engine(tiny_dense_path, n_slots=4, n_ctx=1024, **kw) as eng:
             assert calls[-1] == min(rows, _setup.HEAD_ROWS_TIMED) and eng is not None
     assert _setup.HEAD_ROWS_TIMED == 128
+
+
+def test_exact_output_with_the_head_chosen_per_decode(tmp_path, monkeypatch):
+    """exact=True with ``upto`` between a plain step and a verify (the lazy head for short
+    decodes, llama.cpp's for long ones; a Q8_0 head, which the lazy head serves in exact
+    mode): speculative greedy output equals exact plain output with either head alone."""
+    from specdec.testing import write_tiny_dense
+    path = str(write_tiny_dense(tmp_path / "tiny-q8_0.gguf", dtype="q8_0"))
+    monkeypatch.setattr(head_choice, "measure", lambda ctx, *, plain_rows, verify_rows: HeadTimes(
+        1.0, 2.0, 9.0, 6.0, plain_rows=plain_rows, verify_rows=verify_rows))
+    prompt = [11, 52, 97, 140, 11, 52, 97, 140, 11, 52]
+    with Decoder(path, drafter="ngram", n_max=8, exact=True) as dec:
+        got = dec.generate(prompt, max_tokens=40)
+        upto = dec.ctx.lazy_head_upto
+        assert 2 <= upto < 9 and dec.ctx.lazy_logits == f"on up to {upto} rows"
+        assert dec.ctx.lazy_logits_passes[0] > 0 and got.stats.accepted > upto   # both heads ran
+    for lazy in (True, False):
+        with Decoder(path, exact=True, lazy_logits=lazy) as plain:
+            assert got.tokens == plain.generate(prompt, max_tokens=40).tokens
