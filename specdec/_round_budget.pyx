@@ -179,7 +179,7 @@ cdef int draft_lengths(BatchCost batch_cost, list seqs, double t_drafted) except
             continue
         # (a round whose cap was 0 drafted forced tokens only: to its policy, a plain round)
         # forced tokens are certain: never cut; the policy weighs the drafter's tokens after
-        # them, by their own positions' acceptance (``Controller._observe_policy``)
+        # them, by their own positions' acceptance (``observe_drafter``)
         s.k = s.n_forced + s.req.policy.choose(
             <int>s.draft.tokens.size() - s.n_forced if s.k_cap > 0 else 0, s.t_asked)
     _budget(batch_cost, seqs, True, t_drafted)
