@@ -31,7 +31,7 @@ cdef int _lazy_head_finish(sd_lm_head * h, int n_outputs, int n_vocab) except -1
 
     The first decode finds the output weight; a head that cannot serve this model is turned
     off for good, with the reason in ``h.why``."""
-    if (h.enabled or h.grammar or h.upto > 0) and h.state == 1 and h.n_vocab != n_vocab:
+    if sd_lm_head_wanted(h) and h.state == 1 and h.n_vocab != n_vocab:
         h.state = -1
         h.why = b"the output weight's rows are not the vocabulary"
     if not h.active:

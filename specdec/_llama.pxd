@@ -330,6 +330,7 @@ cdef extern from "_lm_head.h" nogil:
         long long n_passes
         long long n_whole
     cbool sd_lm_head_cb(ggml_tensor * t, cbool ask, void * user_data) noexcept
+    cbool sd_lm_head_wanted(const sd_lm_head * h)
     void sd_lm_head_compute(sd_lm_head * h, int r0, int r1)
     void sd_lm_head_compute_rows(sd_lm_head * h, const int * rows, int n)
     void sd_lm_head_compute_masked(sd_lm_head * h, int r, const uint32_t * bits)

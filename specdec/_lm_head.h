@@ -236,11 +236,16 @@ static void sd_lm_head_discover(sd_lm_head * h, const ggml_tensor * t) {
     h->state = 1;
 }
 
+// whether any decode may stop at the norm: on for all, for a grammar's rows, or for short ones
+static inline bool sd_lm_head_wanted(const sd_lm_head * h) {
+    return h->enabled || h->grammar || h->upto > 0;
+}
+
 // the scheduler's eval callback (ggml_backend_sched_eval_callback)
 static bool sd_lm_head_cb(ggml_tensor * t, bool ask, void * user_data) {
     sd_lm_head * h = (sd_lm_head *) user_data;
     // (off but serving a grammar's rows, the first decode finds the weight all the same)
-    if (!(h->enabled || h->grammar || h->upto > 0) || h->state < 0) return false;
+    if (!sd_lm_head_wanted(h) || h->state < 0) return false;
     if (ask) {
         if (h->state == 0) {
             if (strcmp(t->name, "result_norm") == 0) h->norm_seen = t;

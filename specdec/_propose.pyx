@@ -87,11 +87,17 @@ cdef inline int lead_of(_Seq s, Drafter d) except -1:
     return n_f if 0 < n_f < s.k_room else 0
 
 
+cdef inline int own_cap(_Seq s) noexcept:
+    """The most tokens ``s``'s drafter may give: its cap, and past a forced run of ``n_lead``
+    (not drafts of it) the sequence's room left after them too."""
+    return s.k_cap if s.n_lead == 0 else min(s.k_cap, s.k_room - s.n_lead)
+
+
 cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
     """Draft for ``seqs`` (see the module docstring); ``asks``: the controller's, reused."""
     cdef _Seq s
     cdef Drafter d
-    cdef int j, n, n_l, n_own, level = 0
+    cdef int j, n, n_l, level = 0
     cdef const vector[int32_t] * forced
     cdef long sat, prompt, s1, p1
     cdef double t0, share, out
@@ -127,8 +133,7 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
                         # run (its last token as the pending one); taken back after the call
                         forced = s.req.grammar.forced_c()
                         d.lend_hist(s.id, s.last, forced.data(), n_l - 1)
-                        asks.add(s.id, forced[0][n_l - 1], min(s.k_cap, s.k_room - n_l),
-                                 s.p_stop, s.draft)
+                        asks.add(s.id, forced[0][n_l - 1], own_cap(s), s.p_stop, s.draft)
                     else:
                         asks.add(s.id, s.last, s.k_cap, s.p_stop, s.draft)
                     rows_behind(s.mem.n_past, s.n_asked_at, s.cnt.n_prompt, &s1, &p1)
@@ -156,9 +161,8 @@ cdef int propose(Asks asks, list seqs, bint isolate, dict errors) except -1:
                     s.req.out.set_finish(FAILED)
                     errors[s.id] = asks.errors[j]
                     continue
-                n_own = s.k_cap if s.n_lead == 0 else min(s.k_cap, s.k_room - s.n_lead)
-                if <int>s.draft.tokens.size() > n_own:
-                    s.draft.tokens.resize(n_own)
+                if <int>s.draft.tokens.size() > own_cap(s):
+                    s.draft.tokens.resize(own_cap(s))
                 if <int>s.draft.tokens.size() >= (s.req.n_min if s.req.n_min > 0 else 1):
                     s.kind = DRAFTED
                     s.proposer = level

@@ -128,19 +128,18 @@ class HeadTimes:
 
 @dataclass(frozen=True)
 class HeadChoice:
-    """The head a context uses and why: ``lazy`` (every decode), else the lazy head for
-    decodes of at most ``upto`` output rows and llama.cpp's for the rest; the ``times`` it
-    was chosen by, and whether they came from the cache (``cached``)."""
+    """The head a context uses and why: the lazy head for decodes of at most ``upto`` output
+    rows (``EVERY``: all of them, ``lazy``) and llama.cpp's for the rest; the ``times`` it was
+    chosen by, and whether they came from the cache (``cached``)."""
 
-    lazy: bool
+    upto: int
     times: HeadTimes
     cached: bool
-    upto: int = 0
 
-    @classmethod
-    def of(cls, times: HeadTimes, cached: bool = False) -> "HeadChoice":
-        upto = times.upto
-        return cls(upto == EVERY, times, cached, 0 if upto == EVERY else upto)
+    @property
+    def lazy(self) -> bool:
+        """The lazy head for every decode."""
+        return self.upto >= EVERY
 
 
 def key_fields(ctx: Context, *, verify_rows: int, exact: bool) -> Dict[str, Any]:
@@ -169,16 +168,16 @@ def load(path: Path, fields: Dict[str, Any]) -> Optional[HeadChoice]:
         t = rec["times"]
         times = HeadTimes(**{k: (int if f.type in (int, "int") else float)(t[k])
                              for k, f in HeadTimes.__dataclass_fields__.items()})
-        if not isinstance(rec["lazy"], bool) or type(rec["upto"]) is not int or rec["upto"] < 0:
+        if type(rec["upto"]) is not int or not 0 <= rec["upto"] <= EVERY:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return HeadChoice(rec["lazy"], times, cached=True, upto=rec["upto"])
+    return HeadChoice(rec["upto"], times, cached=True)
 
 
 def save(path: Path, fields: Dict[str, Any], choice: HeadChoice) -> None:
     """Writes the record (atomically: a reader sees the old one or the new one)."""
-    rec = dict(fields, lazy=choice.lazy, upto=choice.upto, times=asdict(choice.times),
+    rec = dict(fields, upto=choice.upto, times=asdict(choice.times),
                measured=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -257,7 +256,7 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
         times = measure(ctx, plain_rows=2 if exact else 1, verify_rows=verify_rows)
         if times is None:
             return None
-        choice = HeadChoice.of(times)
+        choice = HeadChoice(times.upto, times, cached=False)
         if path is not None and fields is not None and times.steady:
             try:
                 save(path, fields, choice)
@@ -265,5 +264,5 @@ def choose(ctx: Context, *, verify_rows: int, exact: bool) -> Optional[HeadChoic
                 pass   # a read-only cache dir: measured again at the next load
     # under a grammar the lazy head computes a row's allowed tokens only, which beats either
     # whole head: decodes holding a grammar's rows keep it whichever head won unconstrained
-    ctx.set_lazy_head(choice.lazy, grammar=True, upto=choice.upto)
+    ctx.set_lazy_head(choice.lazy, grammar=True, upto=0 if choice.lazy else choice.upto)
     return choice

@@ -37,7 +37,8 @@ def _fields(path, **kw):
 def _plant(path, lazy, **kw):
     fields = _fields(path, **kw)
     head_choice.save(head_choice.record_path(fields), fields,
-                     HeadChoice(lazy, HeadTimes(1.0, 2.0, 3.0, 4.0), cached=False))
+                     HeadChoice(head_choice.EVERY if lazy else 0, HeadTimes(1.0, 2.0, 3.0, 4.0),
+                                cached=False))
     return fields
 
 
@@ -53,14 +54,14 @@ def test_auto_measures_once_and_records_the_choice(tiny_dense_path, cache_dir, m
     t = rec["times"]
     assert all(t[k] > 0 for k in ("lazy_plain", "graph_plain", "lazy_verify", "graph_verify"))
     upto = HeadTimes(**t).upto
-    assert rec["lazy"] == (upto == head_choice.EVERY)
-    assert rec["upto"] == (0 if rec["lazy"] else upto) and dec.ctx.lazy_head_upto == rec["upto"]
-    assert (dec.ctx.lazy_logits != "off") == (rec["lazy"] or upto > 0)
+    lazy = upto == head_choice.EVERY
+    assert rec["upto"] == upto and dec.ctx.lazy_head_upto == (0 if lazy else upto)
+    assert (dec.ctx.lazy_logits != "off") == (upto > 0)
     out = dec.generate([11, 52, 97], max_tokens=12).tokens
     dec.close()
     _no_measuring(monkeypatch)
     with Decoder(tiny_dense_path, drafter="ngram") as again:   # read back, not timed
-        assert (again.ctx.lazy_logits != "off") == (rec["lazy"] or upto > 0)
+        assert (again.ctx.lazy_logits != "off") == (upto > 0)
         assert again.generate([11, 52, 97], max_tokens=12).tokens == out
     assert _records(cache_dir) == [rec_path]
 
@@ -92,7 +93,7 @@ def test_true_and_false_override_the_record(tiny_dense_path, cache_dir, monkeypa
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other cpu", "other model",
-                                    "not a bool", "no times"])
+                                    "not an int", "no times"])
 def test_a_corrupt_or_foreign_record_is_ignored(tiny_dense_path, monkeypatch, damage):
     fields = _plant(tiny_dense_path, True)
     path = head_choice.record_path(fields)
@@ -105,8 +106,8 @@ def test_a_corrupt_or_foreign_record_is_ignored(tiny_dense_path, monkeypatch, da
         path.write_text(json.dumps(dict(rec, cpu="some other CPU")))
     elif damage == "other model":
         path.write_text(json.dumps(dict(rec, model="0123456789abcdef")))
-    elif damage == "not a bool":
-        path.write_text(json.dumps(dict(rec, lazy="yes")))
+    elif damage == "not an int":
+        path.write_text(json.dumps(dict(rec, upto="yes")))
     else:
         path.write_text(json.dumps({k: v for k, v in rec.items() if k != "times"}))
     calls = []
@@ -118,7 +119,7 @@ def test_a_corrupt_or_foreign_record_is_ignored(tiny_dense_path, monkeypatch, da
     with Decoder(tiny_dense_path, drafter="ngram") as dec:
         assert dec.ctx.lazy_logits == "off"
     assert calls == [(1, 5)]
-    assert head_choice.load(path, fields) == HeadChoice(False, HeadTimes(2.0, 1.0, 4.0, 3.0),
+    assert head_choice.load(path, fields) == HeadChoice(0, HeadTimes(2.0, 1.0, 4.0, 3.0),
                                                         cached=True)
 
 
@@ -222,9 +223,9 @@ def test_measure_reports_how_far_its_runs_agree(tiny_dense_path):
 ], ids=["two-shapes", "mid-shape", "wins-all", "plain-only", "loses-plain", "tie"])
 def test_the_lazy_head_takes_the_decodes_whose_rows_it_is_faster_for(times, upto):
     assert times.upto == upto
-    choice = HeadChoice.of(times)
+    choice = HeadChoice(times.upto, times, cached=False)
     assert choice.lazy == (upto == head_choice.EVERY)
-    assert choice.upto == (0 if choice.lazy else upto)
+    assert choice.upto == upto
 
 
 def test_decodes_up_to_upto_rows_take_the_lazy_head_the_rest_llama_cpps(tiny_dense_path,

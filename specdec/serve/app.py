@@ -53,8 +53,9 @@ class Server:
                  template_limits: TemplateLimits = TemplateLimits()) -> None:
         self.backend = backend
         self.models = model_names
-        if api_key is not None and key_problem(api_key) is not None:
-            raise ValueError(f"api_key: {key_problem(api_key)} (None: serve without a key)")
+        why = None if api_key is None else key_problem(api_key)
+        if why is not None:
+            raise ValueError(f"api_key: {why} (None: serve without a key)")
         self.api_key = api_key
         self.chat_template = chat_template
         self.template_limits = template_limits
