@@ -361,6 +361,11 @@ cdef extern from "_remote.h" nogil:
                               size_t n_devices, ggml_backend_dev_t * devices)
 
 
+cdef extern from "_omp_pool.h" nogil:
+    # the calling thread's OpenMP workers given back (see _omp_pool.h)
+    cbool sd_release_omp_pool()
+
+
 cdef extern from "_interrupt.h" nogil:
     # SIGINT seen while the main thread is in llama.cpp (see _interrupt.h)
     struct sd_stop_flag:

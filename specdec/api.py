@@ -9,7 +9,7 @@ from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequ
 
 import numpy as np
 
-from ._core import ContextBusyError, Model
+from ._core import ContextBusyError, Model, release_threads
 from ._request import (Prompt, Request, SamplingSpec, StopSpec, call_options,
                        split_chat_options, stop_list)
 from ._setup import DrafterSpec, LazyLogits, PathLike, as_list
@@ -223,6 +223,13 @@ class Decoder(Driver, CompletionMethods):
         raise ContextBusyError("this Decoder is in use by another thread; use one Decoder per "
                                "thread")
 
+    def _release(self) -> None:
+        """A call is over: the decoder is free again, and the calling thread, done decoding
+        for now, gives back its OpenMP workers (``release_threads``: an idle thread's pool
+        makes the decodes of the process's other threads, an Engine's, sleep-wait)."""
+        self._lock.release()
+        release_threads()
+
     def _start(self, reqs: List[Request], streams: bool) -> List[_State]:
         """Join ``reqs`` on sequences 0..n-1 with their prompts decoded now (the caller
         waits for them anyway); a failed join ends the others and raises."""
@@ -256,7 +263,7 @@ class Decoder(Driver, CompletionMethods):
                 self._core.round()
             return [self._outcome(st) for st in states]
         finally:
-            self._lock.release()
+            self._release()
 
     def _open(self, req: Request) -> "Stream":
         """``req`` streamed: the decoder stays taken until the stream ends or is closed."""
@@ -264,7 +271,7 @@ class Decoder(Driver, CompletionMethods):
         try:
             st = Stream(self, self._start([req], streams=True)[0])
         except BaseException:
-            self._lock.release()
+            self._release()
             raise
         self._stream = weakref.ref(st)
         return st
@@ -398,7 +405,7 @@ class Stream:
                 self.result = (self._decoder._outcome(self._s)
                                if self._s.future.exception() is None else self._s.partial)
             finally:
-                self._decoder._lock.release()
+                self._decoder._release()
 
     def _close_idle(self) -> bool:
         """Close the stream unless a piece is being read (False then); True once it is over."""

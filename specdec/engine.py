@@ -36,7 +36,7 @@ import weakref
 from typing import (Any, AsyncIterator, Deque, Dict, Iterator, List, Literal, Mapping, Optional,
                     Sequence, Union, overload)
 
-from ._core import Model
+from ._core import Model, release_threads
 from ._request import Prompt, Request, SamplingSpec, StopSpec
 from ._setup import DrafterSpec, LazyLogits, PathLike, as_list
 from .config import SpecConfig
@@ -374,6 +374,10 @@ class Engine(Driver, CompletionMethods):
         try:
             while True:
                 with self._cv:
+                    if not self._closed and not self._queue and not core.running:
+                        # idle: the worker's OpenMP threads given back (``release_threads``)
+                        # until the next request, so that they slow no other thread's decodes
+                        release_threads()
                     while not self._closed and not self._queue and not core.running:
                         self._cv.wait()
                     if self._closed:

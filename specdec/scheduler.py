@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
 
 from ._controller import Controller, new_policy
-from ._core import Context, Model
+from ._core import Context, Model, release_threads
 from ._request import (Pieces, Prompt, Request, SamplingSpec, StopSpec, call_options,
                        result as read_result, tokenize)
 from ._setup import (PLAIN, DrafterSpec, LazyLogits, PathLike, as_list, exact_slack,
@@ -127,6 +127,10 @@ class Scheduler:
         self._totals: "collections.Counter[str]" = collections.Counter()
         self._drafted_at: List[int] = []
         self._accepted_at: List[int] = []
+        # setup decoded on the caller's thread (warm-up, the LM heads timed); an Engine
+        # decodes on its worker from now on: the caller's OpenMP threads given back, which
+        # idle would make the worker's team sleep-wait for the Engine's life (``_omp_pool.h``)
+        release_threads()
 
     # --- requests -------------------------------------------------------------------------
 
