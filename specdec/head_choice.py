@@ -51,8 +51,10 @@ from ._build_facts import LLAMA_CPP_PIN
 from ._core import Batch, Context, LlamaAbortError
 from ._cpu import cpu_model
 
-#: bump when the measurement or the record changes meaning: older records are then ignored
-FORMAT = 3
+#: bump when the measurement or the record changes meaning, or when either head's cost does
+#: (4: the lazy head's fused pass tiled, one read of the weights for any number of rows):
+#: older records are then ignored
+FORMAT = 4
 #: the sub-directory of the cache dir holding the records
 KIND = "head-choice"
 #: timed decodes per path and shape (after one untimed decode of each)

@@ -191,16 +191,17 @@ def test_sampled_output_unchanged(gemma_path):
 
 def test_rows_of_one_pass_equal_rows_alone(gemma):
     """The fused Q8_0 kernel (every row of a pass per weight row) gives each row the bits
-    of ggml's vec_dot: nine rows in one pass equal nine one-row passes."""
+    of ggml's vec_dot: twenty rows in one pass (three groups of rows over each tile of the
+    weights, ``SD_HEAD_TILE``) equal twenty one-row passes."""
     together, alone = (Context(gemma, n_ctx=256, n_batch=64, n_threads=2, lazy_logits=True)
                        for _ in range(2))
     toks = gemma.tokenize(PROMPT)
-    n = len(toks)
+    n, m = len(toks), 20
     for c in (together, alone):
         _decode(c, toks, 0, {n - 1})
-        _decode(c, [1000 + 7 * i for i in range(9)], n, set(range(9)))
-    together.prepare_logits(0, 9)
+        _decode(c, [1000 + 7 * i for i in range(m)], n, set(range(m)))
+    together.prepare_logits(0, m)
     assert together.lazy_logits_kernel in ("fused-q8_0", "vec_dot")
-    for i in range(9):
+    for i in range(m):
         alone.prepare_logits(i, 1)
         np.testing.assert_array_equal(together.logits(i), alone.logits(i))
