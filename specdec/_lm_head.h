@@ -118,11 +118,122 @@ static void sd_fused_q8_0(const char * w, size_t w_row, int64_t v0, int64_t v1, 
     }
 }
 
-// Weight rows per tile of a fused pass over more than SD_FUSED_ROWS hidden rows: each group
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && !__AVXVNNIINT8__
+// Two hidden rows per 512-bit register: the low half does row j's arithmetic and the high
+// half row j+1's, each exactly as the 256-bit kernel above (the same per-lane dpbusd of
+// |x| and y signed by x, the same fp32 scale products, the same fmadd chain, the same final
+// sum of 8), so each logit keeps vec_dot's bits, and a weight block is loaded, its |x| and
+// sign taken, once for 2 * NP rows. Where 512-bit vectors run at full width (Intel Xeons),
+// a pass over many rows takes about half the 256-bit kernel's instructions.
+#define SD_FUSED_PAIRS 1
+template <int NP>
+static void sd_fused_q8_0_pairs_n(const char * w, size_t w_row, int64_t v0, int64_t v1, int nb,
+                                  const void * const * ys, const float * ydp, float * const * out) {
+    const __m512i zero = _mm512_setzero_si512();
+    for (int64_t v = v0; v < v1; ++v) {
+        const sd_block_q8_0 * x = (const sd_block_q8_0 *) (w + (size_t) v * w_row);
+        __m512 acc[NP];
+        for (int p = 0; p < NP; ++p) acc[p] = _mm512_setzero_ps();
+        for (int ib = 0; ib < nb; ++ib) {
+            const __m512 xd = _mm512_set1_ps(_cvtsh_ss(x[ib].d));
+            const __m512i qx = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *) x[ib].qs));
+            const __m512i ax = _mm512_abs_epi8(qx);
+            const __mmask64 neg = _mm512_movepi8_mask(qx);
+            for (int p = 0; p < NP; ++p) {
+                const sd_block_q8_0 * y0 = (const sd_block_q8_0 *) ys[2 * p] + ib;
+                const sd_block_q8_0 * y1 = (const sd_block_q8_0 *) ys[2 * p + 1] + ib;
+                const __m512i qy = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *) y0->qs)),
+                    _mm256_loadu_si256((const __m256i *) y1->qs), 1);
+                // y signed by x: -y where x < 0 (where x == 0, |x| is 0 and so is the product)
+                const __m512i sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
+                const __m512 d = _mm512_mul_ps(xd, _mm512_loadu_ps(ydp + ((size_t) p * nb + ib) * 16));
+                acc[p] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, ax, sy)), acc[p]);
+            }
+        }
+        for (int p = 0; p < NP; ++p) {
+            out[2 * p][v] = sd_hsum_float_8(_mm512_castps512_ps256(acc[p]));
+            out[2 * p + 1][v] = sd_hsum_float_8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+        }
+    }
+}
+
+// the pair kernel's scales: ydp[p * nb + ib] holds row 2p's scale of block ib in its low
+// half and row 2p+1's in its high half, 16 floats each (yd as sd_q8_0_scales gives them)
+static void sd_q8_0_pair_scales(const float * yd, int nr, int nb, float * ydp) {
+    for (int p = 0; p < nr / 2; ++p)
+        for (int ib = 0; ib < nb; ++ib)
+            for (int l = 0; l < 16; ++l)
+                ydp[((size_t) p * nb + ib) * 16 + l] = yd[(size_t) (2 * p + l / 8) * nb + ib];
+}
+
+// out[j][v] for v in [v0, v1), j < nr (nr <= 2 * SD_FUSED_ROWS): the pairs of rows with the
+// pair kernel, an odd last row with the 256-bit one; ydp: sd_q8_0_pair_scales of the rows
+static void sd_fused_q8_0_pairs(const char * w, size_t w_row, int64_t v0, int64_t v1, int n,
+                                const void * const * ys, const float * yd, const float * ydp,
+                                float * const * out, int nr) {
+    const int nb = n / 32;
+    switch (nr / 2) {
+        case 0: break;
+        case 1: sd_fused_q8_0_pairs_n<1>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 2: sd_fused_q8_0_pairs_n<2>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 3: sd_fused_q8_0_pairs_n<3>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 4: sd_fused_q8_0_pairs_n<4>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 5: sd_fused_q8_0_pairs_n<5>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 6: sd_fused_q8_0_pairs_n<6>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        case 7: sd_fused_q8_0_pairs_n<7>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+        default: sd_fused_q8_0_pairs_n<8>(w, w_row, v0, v1, nb, ys, ydp, out); break;
+    }
+    if (nr % 2) {
+        const int j = nr - 1;
+        sd_fused_q8_0_n<1>(w, w_row, v0, v1, nb, ys + j, yd + (size_t) j * nb, out + j);
+    }
+}
+#define SD_GROUP_ROWS (2 * SD_FUSED_ROWS)
+#else
+#define SD_GROUP_ROWS SD_FUSED_ROWS
+#endif
+
+// Weight rows per tile of a fused pass over more than SD_GROUP_ROWS hidden rows: each group
 // of hidden rows passes over the tile while it sits in L2 (128 rows of Gemma's 640-wide
 // Q8_0 head: 87 KB, within the smallest L2 of current x86 cores), so the head is read from
 // memory once per pass, not once per group: a 17-row verify read Gemma's 178 MB head 3 times.
 #define SD_HEAD_TILE 128
+
+// the scales a pass's groups read: yd (sd_q8_0_scales), and for the pair kernel ydp, the
+// pairs of each group of SD_GROUP_ROWS rows (sd_q8_0_pair_scales)
+struct sd_fused_scales {
+    std::vector<float> yd;
+#ifdef SD_FUSED_PAIRS
+    std::vector<float> ydp;
+#endif
+    void set(const void * const * ys, int nr, int n) {
+        const int nb = n / 32;
+        yd.resize((size_t) nr * nb);
+        sd_q8_0_scales(ys, nr, n, yd.data());
+#ifdef SD_FUSED_PAIRS
+        ydp.resize((size_t) (nr / 2 + SD_GROUP_ROWS) * nb * 16);
+        for (int j0 = 0; j0 < nr; j0 += SD_GROUP_ROWS) {
+            const int c = nr - j0 < SD_GROUP_ROWS ? nr - j0 : SD_GROUP_ROWS;
+            sd_q8_0_pair_scales(yd.data() + (size_t) j0 * nb, c, nb, ydp.data() + (size_t) (j0 / 2) * nb * 16);
+        }
+#endif
+    }
+};
+
+// out[j][v] for v in [v0, v1) and rows j0 .. j0 + c - 1 of a pass (c <= SD_GROUP_ROWS, j0 a
+// multiple of it), whose scales are sc
+static void sd_fused_group(const char * w, size_t w_row, int64_t v0, int64_t v1, int n,
+                           const void * const * ys, const sd_fused_scales & sc, float * const * out,
+                           int j0, int c) {
+    const int nb = n / 32;
+#ifdef SD_FUSED_PAIRS
+    sd_fused_q8_0_pairs(w, w_row, v0, v1, n, ys + j0, sc.yd.data() + (size_t) j0 * nb,
+                        sc.ydp.data() + (size_t) (j0 / 2) * nb * 16, out + j0, c);
+#else
+    sd_fused_q8_0(w, w_row, v0, v1, n, ys + j0, sc.yd.data() + (size_t) j0 * nb, out + j0, c);
+#endif
+}
 #endif
 
 struct sd_lm_head {
@@ -315,38 +426,42 @@ static void sd_lm_head_compute_rows(sd_lm_head * h, const int * want, int n_want
     };
 #ifdef SD_FUSED_Q8_0
     if (h->is_q8_0 && h->fused == 0) {
-        // first use: the fused kernel must give vec_dot's bits exactly, else it stays off
+        // first use: the fused kernel must give vec_dot's bits exactly, else it stays off;
+        // each row alone, and three rows as one group (a pair and an odd row where the pair
+        // kernel runs)
         const int64_t m = n_vocab < 256 ? n_vocab : 256;
-        std::vector<float> a((size_t) m), b((size_t) m), yd((size_t) (n_embd / 32));
-        float * pa = a.data();
+        std::vector<float> b((size_t) m), got((size_t) 3 * m);
         h->fused = 1;
-        for (int j = 0; j < nr && h->fused == 1; ++j) {
-            sd_q8_0_scales(&xs[j], 1, (int) n_embd, yd.data());
-            sd_fused_q8_0(h->w_data, h->w_row, 0, m, (int) n_embd, &xs[j], yd.data(), &pa, 1);
-            for (int64_t v = 0; v < m; ++v) h->vec_dot((int) n_embd, &b[v], 0, h->w_data + (size_t) v * h->w_row, 0, xs[j], 0, 1);
-            if (memcmp(a.data(), b.data(), (size_t) m * sizeof(float)) != 0) h->fused = -1;
+        for (int j = 0; j < nr + 1 && h->fused == 1; ++j) {
+            const bool three = j == nr;
+            const void * tys[3] = {xs[three ? 0 : j], xs[nr - 1], xs[0]};
+            const int c = three ? 3 : 1;
+            float * touts[3] = {got.data(), got.data() + m, got.data() + 2 * m};
+            sd_fused_scales tsc;
+            tsc.set(tys, c, (int) n_embd);
+            sd_fused_group(h->w_data, h->w_row, 0, m, (int) n_embd, tys, tsc, touts, 0, c);
+            for (int i = 0; i < c && h->fused == 1; ++i) {
+                for (int64_t v = 0; v < m; ++v) h->vec_dot((int) n_embd, &b[v], 0, h->w_data + (size_t) v * h->w_row, 0, tys[i], 0, 1);
+                if (memcmp(touts[i], b.data(), (size_t) m * sizeof(float)) != 0) h->fused = -1;
+            }
         }
     }
     const bool fused = h->is_q8_0 && h->fused == 1;
-    const int nb = (int) (n_embd / 32);
-    std::vector<float> yd;
-    if (fused) {
-        yd.resize((size_t) nr * nb);
-        sd_q8_0_scales(xs.data(), nr, (int) n_embd, yd.data());
-    }
+    sd_fused_scales sc;
+    if (fused) sc.set(xs.data(), nr, (int) n_embd);
 #else
     const bool fused = false;
 #endif
     auto work = [&](int64_t v0, int64_t v1) {
 #ifdef SD_FUSED_Q8_0
         if (fused) {
-            const int64_t tile = nr > SD_FUSED_ROWS ? SD_HEAD_TILE : v1 - v0;
+            const int64_t tile = nr > SD_GROUP_ROWS ? SD_HEAD_TILE : v1 - v0;
             for (int64_t t0 = v0; t0 < v1; t0 += tile) {
                 const int64_t t1 = v1 - t0 > tile ? t0 + tile : v1;
-                for (int j0 = 0; j0 < nr; j0 += SD_FUSED_ROWS) {
-                    const int c = nr - j0 < SD_FUSED_ROWS ? nr - j0 : SD_FUSED_ROWS;
-                    sd_fused_q8_0(h->w_data, h->w_row, t0, t1, (int) n_embd, xs.data() + j0,
-                                  yd.data() + (size_t) j0 * nb, outs.data() + j0, c);
+                for (int j0 = 0; j0 < nr; j0 += SD_GROUP_ROWS) {
+                    const int c = nr - j0 < SD_GROUP_ROWS ? nr - j0 : SD_GROUP_ROWS;
+                    sd_fused_group(h->w_data, h->w_row, t0, t1, (int) n_embd, xs.data(), sc,
+                                   outs.data(), j0, c);
                 }
             }
             return;
