@@ -8,8 +8,12 @@ cdef class GrammarState:
     cdef object matcher          # llguidance.LLMatcher of one request
     cdef vector[uint32_t] bits   # the last mask computed (one bit per token id)
     cdef bint fresh              # ``bits`` is the mask of the state as it is now
-    cdef vector[uint32_t] ahead  # masks of rows further on (``whole_ahead``)
+    cdef vector[uint32_t] ahead  # masks of rows further on (``whole_ahead``), one per token of
+    cdef vector[int32_t] ahead_path  # ... this path from the state it was computed at
+    cdef int ahead_at            # tokens of the path the state has gone on by since (advance_c)
+    cdef bint ahead_hit          # ``bits`` is mask ``ahead_at - 1`` of ``ahead``, not computed
     cdef readonly int n_ahead    # masks computed ahead of the state so far
+    cdef readonly int n_reused   # masks of rows taken from those computed ahead
     cdef int n_vocab
     cdef int32_t eos             # allowed alone when the matcher fails mid-request
     cdef readonly int n_masks    # rows masked so far

@@ -24,6 +24,7 @@ are accepted unless the target prefers another tokenization of the same bytes.
 """
 from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, uint32_t
+from libc.string cimport memcpy
 
 from ._llama cimport sd_mask_count
 from .drafters._base cimport Draft
@@ -50,10 +51,18 @@ cdef class GrammarState:
         moves (a lockstep verification classes a row by its mask, then reads the row), the
         same buffer."""
         cdef uint32_t * w = self.bits.data()
+        cdef const uint32_t * src
         cdef size_t nbytes = self.bits.size() * 4
         if self.fresh:
             return w
-        self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
+        if self.ahead_hit:
+            # computed by ``whole_ahead`` for this very state (the path the state went on by)
+            src = &self.ahead[<size_t>(self.ahead_at - 1) * self.bits.size()]
+            memcpy(w, src, nbytes)
+            self.ahead_hit = False
+            self.n_reused += 1
+        else:
+            self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
         self.fresh = True
         self.n_masks += 1
         if self.error is None and self.matcher.is_error():
@@ -92,22 +101,30 @@ cdef class GrammarState:
         taken on through ``toks[0..i]`` (the drafts), row ``i + 1``'s mask allows more than
         ``n_vocab / sparse_head`` tokens (0: every row is whole). The count stops at the first
         row that allows fewer, or at a token the grammar refuses; the state is put back (the
-        masks go to a scratch buffer, ``bits`` stays the next row's)."""
+        masks go to ``ahead``, ``bits`` stays the next row's). The masks are kept with the
+        tokens they follow: as the verification keeps those tokens (``advance_c``), each
+        row's mask is read from them, not computed a second time."""
         cdef int i, c = 0, taken = 0
         if n <= 0 or self.error is not None:
             return 0
         if sparse_head <= 0:
             return n
-        if self.ahead.size() != self.bits.size():
-            self.ahead.resize(self.bits.size())
-        cdef uint32_t * w = self.ahead.data()
-        cdef size_t nbytes = self.ahead.size() * 4
+        cdef size_t words = self.bits.size()
+        if self.ahead.size() < <size_t>n * words:
+            self.ahead.resize(<size_t>n * words)
+        cdef size_t nbytes = words * 4
+        cdef uint32_t * w
+        self.ahead_path.clear()
+        self.ahead_at = 0
+        self.ahead_hit = False
         try:
             for i in range(n):
                 if self.matcher.try_consume_tokens([toks[i]]) != 1:
                     break
                 taken += 1
+                w = self.ahead.data() + <size_t>i * words
                 self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
+                self.ahead_path.push_back(toks[i])
                 self.n_ahead += 1
                 if sd_mask_count(w, self.n_vocab) * sparse_head <= self.n_vocab:
                     break
@@ -125,8 +142,16 @@ cdef class GrammarState:
         """The request's output goes on with ``tok`` (allowed by the last mask)."""
         self.fresh = False
         self.forced_known = False
+        self.ahead_hit = False
         if self.error is None and not self.matcher.consume_token(tok):
             self.error = _first_line(self.matcher.get_error()) or f"the grammar refused token {tok}"
+        if (self.error is None and self.ahead_at < <int>self.ahead_path.size()
+                and self.ahead_path[self.ahead_at] == tok):
+            self.ahead_at += 1
+            self.ahead_hit = True      # the next mask is the one computed ahead on this path
+        else:
+            self.ahead_path.clear()
+            self.ahead_at = 0
         return 0
 
     cdef const vector[int32_t] * forced_c(self) except NULL:
@@ -184,6 +209,13 @@ cdef class GrammarState:
         cdef float[::1] v = logits
         self.mask_c(&v[0])
         return logits
+
+    def look_ahead(self, tokens, int sparse_head) -> int:
+        """``whole_ahead`` over ``tokens`` from the state now (its masks kept for the rows
+        that follow them)."""
+        cdef vector[int32_t] t = [int(x) for x in tokens]
+        self.bits_c()
+        return self.whole_ahead(t.data(), <int>t.size(), sparse_head)
 
     def advance(self, int tok) -> None:
         if not 0 <= tok < self.n_vocab:
