@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 #ifdef _OPENMP
 #include <omp.h>
@@ -101,21 +102,28 @@ static void sd_q8_0_scales(const void * const * ys, int nr, int n, float * yd) {
         for (int ib = 0; ib < nb; ++ib) yd[(size_t) j * nb + ib] = _cvtsh_ss(((const sd_block_q8_0 *) ys[j])[ib].d);
 }
 
+// f(std::integral_constant<int, c>) for c = min(max(n, 1), 8): a run-time count of rows (or of
+// pairs) handed to a kernel whose count is a template argument (its accumulators in registers)
+template <typename F>
+static inline void sd_rows_dispatch(int n, F && f) {
+    switch (n) {
+        case 1: f(std::integral_constant<int, 1>{}); break;
+        case 2: f(std::integral_constant<int, 2>{}); break;
+        case 3: f(std::integral_constant<int, 3>{}); break;
+        case 4: f(std::integral_constant<int, 4>{}); break;
+        case 5: f(std::integral_constant<int, 5>{}); break;
+        case 6: f(std::integral_constant<int, 6>{}); break;
+        case 7: f(std::integral_constant<int, 7>{}); break;
+        default: f(std::integral_constant<int, 8>{}); break;
+    }
+}
+
 // out[j][v] for v in [v0, v1), j < nr (nr <= SD_FUSED_ROWS); ys[j] are Q8_0 rows of n
 // values, yd their scales (sd_q8_0_scales)
 static void sd_fused_q8_0(const char * w, size_t w_row, int64_t v0, int64_t v1, int n,
                           const void * const * ys, const float * yd, float * const * out, int nr) {
     const int nb = n / 32;
-    switch (nr) {
-        case 1: sd_fused_q8_0_n<1>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 2: sd_fused_q8_0_n<2>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 3: sd_fused_q8_0_n<3>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 4: sd_fused_q8_0_n<4>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 5: sd_fused_q8_0_n<5>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 6: sd_fused_q8_0_n<6>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        case 7: sd_fused_q8_0_n<7>(w, w_row, v0, v1, nb, ys, yd, out); break;
-        default: sd_fused_q8_0_n<8>(w, w_row, v0, v1, nb, ys, yd, out); break;
-    }
+    sd_rows_dispatch(nr, [&](auto k) { sd_fused_q8_0_n<decltype(k)::value>(w, w_row, v0, v1, nb, ys, yd, out); });
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__) && !__AVXVNNIINT8__
@@ -173,17 +181,8 @@ static void sd_fused_q8_0_pairs(const char * w, size_t w_row, int64_t v0, int64_
                                 const void * const * ys, const float * yd, const float * ydp,
                                 float * const * out, int nr) {
     const int nb = n / 32;
-    switch (nr / 2) {
-        case 0: break;
-        case 1: sd_fused_q8_0_pairs_n<1>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 2: sd_fused_q8_0_pairs_n<2>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 3: sd_fused_q8_0_pairs_n<3>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 4: sd_fused_q8_0_pairs_n<4>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 5: sd_fused_q8_0_pairs_n<5>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 6: sd_fused_q8_0_pairs_n<6>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        case 7: sd_fused_q8_0_pairs_n<7>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-        default: sd_fused_q8_0_pairs_n<8>(w, w_row, v0, v1, nb, ys, ydp, out); break;
-    }
+    if (nr >= 2)
+        sd_rows_dispatch(nr / 2, [&](auto k) { sd_fused_q8_0_pairs_n<decltype(k)::value>(w, w_row, v0, v1, nb, ys, ydp, out); });
     if (nr % 2) {
         const int j = nr - 1;
         sd_fused_q8_0_n<1>(w, w_row, v0, v1, nb, ys + j, yd + (size_t) j * nb, out + j);
