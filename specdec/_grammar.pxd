@@ -10,8 +10,8 @@ cdef class GrammarState:
     cdef bint fresh              # ``bits`` is the mask of the state as it is now
     cdef vector[uint32_t] ahead  # masks of rows further on (``whole_ahead``), one per token of
     cdef vector[int32_t] ahead_path  # ... this path from the state it was computed at
-    cdef int ahead_at            # tokens of the path the state has gone on by since (advance_c)
-    cdef bint ahead_hit          # ``bits`` is mask ``ahead_at - 1`` of ``ahead``, not computed
+    cdef int ahead_at            # tokens of the path the state has gone on by since (advance_c):
+                                 # the state's mask, while not fresh, is ``ahead``'s ahead_at - 1
     cdef readonly int n_ahead    # masks computed ahead of the state so far
     cdef readonly int n_reused   # masks of rows taken from those computed ahead
     cdef int n_vocab

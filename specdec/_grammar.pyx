@@ -55,11 +55,10 @@ cdef class GrammarState:
         cdef size_t nbytes = self.bits.size() * 4
         if self.fresh:
             return w
-        if self.ahead_hit:
+        if self.ahead_at > 0:
             # computed by ``whole_ahead`` for this very state (the path the state went on by)
             src = &self.ahead[<size_t>(self.ahead_at - 1) * self.bits.size()]
             memcpy(w, src, nbytes)
-            self.ahead_hit = False
             self.n_reused += 1
         else:
             self.matcher.unsafe_compute_mask_ptr(<size_t> w, nbytes)
@@ -116,7 +115,6 @@ cdef class GrammarState:
         cdef uint32_t * w
         self.ahead_path.clear()
         self.ahead_at = 0
-        self.ahead_hit = False
         try:
             for i in range(n):
                 if self.matcher.try_consume_tokens([toks[i]]) != 1:
@@ -142,13 +140,11 @@ cdef class GrammarState:
         """The request's output goes on with ``tok`` (allowed by the last mask)."""
         self.fresh = False
         self.forced_known = False
-        self.ahead_hit = False
         if self.error is None and not self.matcher.consume_token(tok):
             self.error = _first_line(self.matcher.get_error()) or f"the grammar refused token {tok}"
         if (self.error is None and self.ahead_at < <int>self.ahead_path.size()
                 and self.ahead_path[self.ahead_at] == tok):
-            self.ahead_at += 1
-            self.ahead_hit = True      # the next mask is the one computed ahead on this path
+            self.ahead_at += 1         # the next mask is the one computed ahead on this path
         else:
             self.ahead_path.clear()
             self.ahead_at = 0

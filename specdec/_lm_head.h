@@ -211,7 +211,7 @@ struct sd_fused_scales {
         yd.resize((size_t) nr * nb);
         sd_q8_0_scales(ys, nr, n, yd.data());
 #ifdef SD_FUSED_PAIRS
-        ydp.resize((size_t) (nr / 2 + SD_GROUP_ROWS) * nb * 16);
+        ydp.resize((size_t) (nr / 2) * nb * 16);     // group j0's pairs from pair j0 / 2
         for (int j0 = 0; j0 < nr; j0 += SD_GROUP_ROWS) {
             const int c = nr - j0 < SD_GROUP_ROWS ? nr - j0 : SD_GROUP_ROWS;
             sd_q8_0_pair_scales(yd.data() + (size_t) j0 * nb, c, nb, ydp.data() + (size_t) (j0 / 2) * nb * 16);
