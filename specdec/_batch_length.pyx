@@ -34,7 +34,15 @@ where caps 2-3 ran 1.1-1.2x), so a climb from 1 saw plain decoding win and held 
 rounds, most of a short request; from 2 it tries 1 and 3 first.
 
 Each cap's rate is the ratio of its decayed tokens and seconds (the last ~7 rounds of that
-cap), a round's time clipped at 1.5 times the cap's mean once it has two (a preempted
+cap). A round's tokens are its sequences' expected ones: what each drafter got accepted is
+replaced by what its policy's positions' acceptance (pooled over every sequence and round)
+expects at the length it drafted. Sequences of one batch are often at the same text (the
+same request several times, one document's questions, the bench's bigram chains), and then
+they accept or reject together: on an H200 (1.4B bigram, 8 slots, MTP 70%) single rounds at
+cap 3 made 8 to 32 tokens, so the one measured round of a held cap was a draw of 1 in 4, and
+cap 4, measured at 8 and 12 tokens (665-880 tok/s against 2,200-2,700 for a fixed length of
+4), was never tried again: the adaptive Engine ran 1.05x plain where fixed n4 ran 1.39x.
+A round's time clipped at 1.5 times the cap's mean once it has two (a preempted
 round on a shared machine, 5x, must not decide; a round's own noise is about 20%). Which sequences and rounds it applies to is the
 controller's (``judge``): rounds of two or more sequences all of whose drafting sequences
 are adaptive with a model drafter. The cap it gives is each sequence's ``k_cap`` (within
@@ -74,7 +82,8 @@ its rounds and two captures); a batch size first seen starts from the cap at its
 """
 from libcpp.vector cimport vector
 
-from ._seq cimport _Seq
+from ._output cimport RUNNING
+from ._seq cimport _Seq, DRAFTED
 
 DEF DECAY = 0.85          # a cap's rate follows its last ~7 rounds
 DEF MIN_SAMPLES = 2       # rounds of a cap before its rate is compared
@@ -91,6 +100,19 @@ DEF STEADY_SPARSER = 6    # steady: exploration and plain checks this many times
 DEF PROMPT_DECAY = 0.98   # the prompt catch-up per round follows the last ~50 rounds
 DEF TRY_BUDGET = 0.02     # plain best: tries of drafting cost at most this share of the time
 DEF MAX_TRY_GAP = 1024    # ... and come at least this often (rounds)
+
+
+cdef double _expected_less_accepted(_Seq s) noexcept:
+    """What ``s``'s drafter was expected to get accepted this round, by its policy's
+    positions' acceptance at the length it drafted, less what it got: added to a round's
+    tokens, the round counts its sequences' expected acceptance, not their draw (a
+    grammar's forced run is no draft of the drafter; a sequence that finished, 0)."""
+    if s.kind != DRAFTED or s.req.out.finish != RUNNING:
+        return 0.0
+    cdef int f = min(s.n_forced, s.k)
+    cdef int k_d = s.k - f if s.a >= f else 0
+    cdef int a_d = s.a - f if s.a >= f else 0
+    return s.req.policy._expected_tokens(k_d) - 1.0 - a_d
 
 
 cdef class BatchLength:
@@ -328,11 +350,12 @@ cdef class BatchLength:
         seconds: its tokens, at its cap."""
         cdef _Seq s
         cdef long tokens = -self.tokens0
-        cdef double t_prompt = 0.0, t_caught = 0.0
+        cdef double t_prompt = 0.0, t_caught = 0.0, expected = 0.0
         if self.kind == 0:
             return 0
         for s in seqs:
             tokens += s.req.out.n_tokens
+            expected += _expected_less_accepted(s)
             # the drafter's catch-up on the rows it sat out (plain rounds before): a cost of
             # the cap the rounds before had, not of this one's (counted here, a cap tried
             # after plain rounds looked 10-20% dearer than it runs, and lost to plain); its
@@ -340,7 +363,8 @@ cdef class BatchLength:
             # the cost of a try while plain decoding is best (see the module)
             t_caught += s.t_caught
             t_prompt += s.t_caught - s.t_caught_out
-        self.take(self.n_in, self.k_round, tokens, t - t_caught, t_prompt, t_caught)
+        self.take(self.n_in, self.k_round, max(tokens + expected, 1.0), t - t_caught, t_prompt,
+                  t_caught)
         self.kind = 0
         return 0
 
