@@ -39,3 +39,6 @@ cdef class BatchLength:
                    double t_caught) noexcept
     cdef int judge(self, list seqs) except -1
     cdef int settle(self, list seqs, double t) except -1
+
+
+cdef bint set_expected_tokens(bint on) noexcept

@@ -82,8 +82,8 @@ its rounds and two captures); a batch size first seen starts from the cap at its
 """
 from libcpp.vector cimport vector
 
-from ._output cimport RUNNING
-from ._seq cimport _Seq, DRAFTED
+from ._round_budget cimport expected_less_accepted
+from ._seq cimport _Seq
 
 DEF DECAY = 0.85          # a cap's rate follows its last ~7 rounds
 DEF MIN_SAMPLES = 2       # rounds of a cap before its rate is compared
@@ -102,17 +102,17 @@ DEF TRY_BUDGET = 0.02     # plain best: tries of drafting cost at most this shar
 DEF MAX_TRY_GAP = 1024    # ... and come at least this often (rounds)
 
 
-cdef double _expected_less_accepted(_Seq s) noexcept:
-    """What ``s``'s drafter was expected to get accepted this round, by its policy's
-    positions' acceptance at the length it drafted, less what it got: added to a round's
-    tokens, the round counts its sequences' expected acceptance, not their draw (a
-    grammar's forced run is no draft of the drafter; a sequence that finished, 0)."""
-    if s.kind != DRAFTED or s.req.out.finish != RUNNING:
-        return 0.0
-    cdef int f = min(s.n_forced, s.k)
-    cdef int k_d = s.k - f if s.a >= f else 0
-    cdef int a_d = s.a - f if s.a >= f else 0
-    return s.req.policy._expected_tokens(k_d) - 1.0 - a_d
+# a round counts its sequences' expected accepted drafts (see the module); off, their draw
+# (the old behaviour, for comparisons: ``_checks.expected_tokens``)
+cdef bint EXPECTED_TOKENS = True
+
+
+cdef bint set_expected_tokens(bint on) noexcept:
+    """Set ``EXPECTED_TOKENS``; returns the value it had."""
+    global EXPECTED_TOKENS
+    cdef bint old = EXPECTED_TOKENS
+    EXPECTED_TOKENS = on
+    return old
 
 
 cdef class BatchLength:
@@ -355,7 +355,8 @@ cdef class BatchLength:
             return 0
         for s in seqs:
             tokens += s.req.out.n_tokens
-            expected += _expected_less_accepted(s)
+            if EXPECTED_TOKENS:
+                expected += expected_less_accepted(s)
             # the drafter's catch-up on the rows it sat out (plain rounds before): a cost of
             # the cap the rounds before had, not of this one's (counted here, a cap tried
             # after plain rounds looked 10-20% dearer than it runs, and lost to plain); its

@@ -40,6 +40,9 @@ sequence alone (``_round_budget.wanted``); it returns the value it replaced.
 rows to one shape (``_steady_rows``: 1 always, 0 never, -1 where the target is on a CUDA
 device); it returns the mode it replaced.
 
+``expected_tokens(on)`` sets whether a model-drafted batch's rounds count their sequences'
+expected accepted drafts or their draw (``_batch_length``); it returns the value it replaced.
+
 Only tests and ``Decoder(check=True)`` import this module.
 """
 from libc.stdint cimport int32_t
@@ -53,6 +56,7 @@ from ._policy cimport DraftPolicy
 from ._timing cimport N_PARTS
 from ._verify cimport Verifier, set_sparse_head, set_lockstep
 from ._steady_rows cimport set_steady
+from ._batch_length cimport set_expected_tokens
 from ._round_budget cimport set_row_floor, set_shared_request_probe
 
 
@@ -77,6 +81,12 @@ def shared_request_probe(bint on):
     """Set ``_round_budget.SHARED_REQUEST_PROBE`` to ``on`` (see the module's docstring); the
     old value."""
     return set_shared_request_probe(on)
+
+
+def expected_tokens(bint on):
+    """Set ``_batch_length.EXPECTED_TOKENS`` to ``on`` (see the module's docstring); the old
+    value."""
+    return set_expected_tokens(on)
 
 
 def steady_rows(int mode):

@@ -34,7 +34,8 @@ from libcpp.vector cimport vector
 
 from ._batch_budget cimport allocate
 from ._policy cimport DraftPolicy
-from ._seq cimport _Seq, NO_DRAFT
+from ._output cimport RUNNING
+from ._seq cimport _Seq, NO_DRAFT, DRAFTED
 
 
 DEF MARGIN = 0.02     # a draft row must raise the round's token rate by this much
@@ -94,6 +95,26 @@ cdef void observed(_Seq s, int k, int a) noexcept:
         s.req.probe_owed = s.probe and a == k
 
 
+cdef inline void _own_drafts(_Seq s, int k, int a, int * k_d, int * a_d) noexcept:
+    """Of a round of ``s`` that verified ``k`` draft rows and accepted ``a``: its drafter's
+    own drafts and accepted ones (a grammar's forced tokens lead the draft; they are none)."""
+    cdef int f = min(s.n_forced, k)
+    k_d[0] = k - f if a >= f else 0
+    a_d[0] = a - f if a >= f else 0
+
+
+cdef double expected_less_accepted(_Seq s) noexcept:
+    """What ``s``'s drafter was expected to get accepted in the round just verified, by its
+    policy's positions' acceptance at the length it drafted, less what it got (0 for a
+    sequence that finished or did not draft). Added to a round's tokens, the round counts
+    its sequences' expected acceptance, not their draw (``_batch_length``)."""
+    if s.kind != DRAFTED or s.req.out.finish != RUNNING:
+        return 0.0
+    cdef int k_d, a_d
+    _own_drafts(s, s.k, s.a, &k_d, &a_d)
+    return s.req.policy._expected_tokens(k_d) - 1.0 - a_d
+
+
 cdef int observe_drafter(_Seq s, int k, int a, int tokens) except -1:
     """A round of ``s`` that verified ``k`` draft rows, accepted ``a`` and gave ``tokens``, to
     its request's acceptance and its policy.
@@ -103,8 +124,8 @@ cdef int observe_drafter(_Seq s, int k, int a, int tokens) except -1:
     rows' share (the drafter's and the pending token's, by rows) is its cost: counted in, a
     forced run of five made a draft of two look twice its cost, and drafting stopped where
     it paid."""
-    cdef int f = min(s.n_forced, k)
-    cdef int k_d = k - f if a >= f else 0, a_d = a - f if a >= f else 0
+    cdef int k_d, a_d
+    _own_drafts(s, k, a, &k_d, &a_d)
     cdef double t_v = s.t_v * (k_d + 1) / (k + 1)
     s.req.acc.observe(k_d, a_d)
     observed(s, k_d, a_d)
