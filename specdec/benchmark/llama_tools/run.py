@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -241,7 +242,8 @@ def run_spec_simple(
                 break
         else:
             raise RuntimeError(f"llama-speculative-simple: no complete summary in "
-                               f"{LOST_LOG_RETRIES + 1} runs; the last ended:\n{err[-3000:]}")
+                               f"{LOST_LOG_RETRIES + 1} runs ({shlex.join(cmd)}); the last "
+                               f"ended:\n{err[-3000:]}")
     dec, enc = RE_DECODED.search(err), RE_ENCODED.search(err)
     out = res.stdout.decode(errors="replace")
     # stdout is "\n\n" + prompt echo + generation + "\n\n" + "\n\n" (two LOG("\n\n") at the end)
