@@ -53,14 +53,9 @@ from ._cpu import cpu_model
 
 #: bump when the measurement or the record changes meaning, or when either head's cost does
 #: (4: the lazy head's fused pass tiled, one read of the weights for any number of rows, and
-#: two rows per 512-bit register with AVX-512 VNNI; 5: ties within ``TIE`` go to the lazy
-#: head): older records are then ignored
-FORMAT = 5
-#: a shape goes to llama.cpp's head only where it is faster by more than this share: closer
-#: than that, one noisy measurement decided, and the record kept it for good (the mid bigram
-#: model's F16 head, re-measured, flipped in 93 of 229 records); and the timing reads every
-#: verify row, where a rejected draft leaves rows unread that only the lazy head skips
-TIE = 0.03
+#: two rows per 512-bit register with AVX-512 VNNI):
+#: older records are then ignored
+FORMAT = 4
 #: the sub-directory of the cache dir holding the records
 KIND = "head-choice"
 #: timed decodes per path and shape (after one untimed decode of each)
@@ -107,9 +102,8 @@ class HeadTimes:
     def upto(self) -> int:
         """The most output rows a decode may have and take the lazy head: 0 where llama.cpp's
         wins the plain step, ``EVERY`` where the lazy head wins every shape timed, else where
-        the two heads' times cross, interpolated between the shapes on either side. Wins by
-        ``TIE`` or less are the lazy head's."""
-        pts = [(n, lazy, graph * (1.0 + TIE)) for n, lazy, graph in self.shapes()]
+        the two heads' times cross, interpolated between the shapes on either side."""
+        pts = self.shapes()
         n0, l0, g0 = pts[0]
         if l0 > g0:
             return 0
