@@ -9,7 +9,8 @@ pytest.importorskip("starlette")
 from specdec.benchmark import listing, matrix, report, report_md, structured  # noqa: E402
 from specdec.benchmark.case_models import CaseModels  # noqa: E402
 from specdec.benchmark.runner import Runner, rows_of  # noqa: E402
-from specdec.benchmark.structured_prompts import ORDER_SCHEMA, Request  # noqa: E402
+from specdec.benchmark.structured_prompts import (ORDER_SCHEMA, PASS_REQUESTS, SETS,  # noqa: E402
+                                                  Request, pass_requests)
 from specdec.testing.chat import write_tiny_chat  # noqa: E402
 
 LABEL = {"type": "object", "properties": {"label": {"type": "string", "enum": ["alpha", "beta"]},
@@ -28,6 +29,24 @@ def test_matches_checks_what_the_requests_use():
                 {**good, "items": [{"name": "n", "quantity": 100}]}, {**good, "city": "C" * 31},
                 {k: v for k, v in good.items() if k != "email"}):
         assert not structured.matches(bad, schema)
+
+
+def test_each_round_sends_requests_no_earlier_round_sent():
+    # a drafter that remembers earlier answers (suffix decoding's corpus) must not be asked
+    # for one again: the rounds take the sets' groups in turn
+    for name, reqs in SETS.items():
+        assert len({r.text for r in reqs}) == len(reqs)
+        groups = len(reqs) // PASS_REQUESTS
+        assert groups >= 3, name
+        seen = set()
+        for rep in range(groups):
+            idx = pass_requests(len(reqs), rep)
+            assert len(idx) == PASS_REQUESTS and not seen & set(idx)
+            seen |= set(idx)
+        assert pass_requests(len(reqs), groups) == pass_requests(len(reqs), 0)
+        # the warm-up's group is the last, which the first rounds do not send
+        assert pass_requests(len(reqs), -1) == pass_requests(len(reqs), groups - 1)
+    assert pass_requests(3, 5) == range(3)       # a set of one group or less: all of it
 
 
 def test_the_structured_case_runs_and_reports_its_ratios(tmp_path, monkeypatch):
@@ -83,3 +102,38 @@ def test_case_structured_alone_runs_the_structured_matrix():
     assert _matrix_name(SimpleNamespace(gpu=False, matrix=None, case=["structured"])) == "structured"
     assert _matrix_name(SimpleNamespace(gpu=False, matrix="full", case=["structured"])) == "full"
     assert _matrix_name(SimpleNamespace(gpu=False, matrix=None, case=["gemma3-270m"])) == "quick"
+
+
+def test_the_exact_check_decodes_once_for_both_concurrencies(monkeypatch):
+    # the check is in process and the same for c=1 and c=4: the second case takes the
+    # first's verdicts (and still ticks its progress steps)
+    calls, ticks = [], []
+
+    def verdicts(runner, case, path, reqs, checked):
+        calls.append(case.name)
+        return "PASS", {m.label: "PASS" for m in checked}
+
+    monkeypatch.setattr(structured, "_exact_verdicts", verdicts)
+    monkeypatch.setattr(structured, "_VERDICTS", {})
+    sets = {"extract": (Request("Extract: alpha", LABEL),),
+            "classify": (Request("Classify: x", LABEL),)}
+    monkeypatch.setattr(structured, "SETS", sets)
+    c1, c4 = matrix.structured_cases(n_gen=48)
+    runner = Runner(matrix.Matrix("t", (c1, c4), reps=2, check_tokens=48), peers_enabled=False,
+                    log=lambda s: None)
+    monkeypatch.setattr(runner, "_tick", ticks.append)
+    for case in (c1, c4):
+        row = structured.Row(case.name, "extract", "extract", "specdec ngram n8 json_schema",
+                             matrix.SPECDEC, "ngram", "ngram", 8, False, True, 0.0,
+                             constraint="json_schema")
+        row.status = "ok"
+        structured._exact_check(runner, case, "m.gguf", [row])
+        assert row.check == "PASS"
+    assert calls == ["structured-c1"]
+    checked = sum(1 for m in c4.methods if m.side == matrix.SPECDEC and m.constraint
+                  and m.family != "plain")
+    assert len(ticks) == 2 + checked and all("structured-c4" in t for t in ticks)
+    # other requests are checked again
+    monkeypatch.setattr(structured, "SETS", {**sets, "extract": (Request("Extract: beta", LABEL),)})
+    structured._exact_check(runner, c4, "m.gguf", [])
+    assert calls == ["structured-c1", "structured-c4"]

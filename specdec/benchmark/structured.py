@@ -8,8 +8,11 @@ Every request is a greedy ``/v1/completions`` with the same prompt under the sam
 schema: specdec gets it in its ``json_schema`` field, llama-server as the GBNF of the same
 language in its ``grammar`` field (``schema_gbnf``: llama-server's own schema converter lets
 the model pad JSON with any whitespace, and gemma pretty-prints there, so the two would not
-write the same answers). A *pass* sends one set of requests (``structured_prompts.SETS``),
-``concurrency`` at a time; its tok/s is its completion tokens over its wall time. Rows are
+write the same answers). A *pass* sends four requests of a set (``structured_prompts``:
+each round the set's next four, so that no drafter that remembers earlier answers is asked
+for one it has seen), ``concurrency`` at a time, after an untimed one-token pass of the same
+requests that puts their prompts into the server's prompt cache; its tok/s is its
+completion tokens over its wall time. Rows are
 (method, set): the median pass of ``reps`` rounds, the methods taking turns in rotating
 order so that they share the machine's ups and downs; idle servers use no CPU. Both
 servers keep their prompt caches, as served. A row's note gives its answers' mean length
@@ -36,13 +39,13 @@ import tempfile
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .matrix import LLAMA_SERVER, SPECDEC, Case, Method
 from .schema_gbnf import schema_gbnf
 from .rows import Row
 from .serve_load import run_concurrently
-from .structured_prompts import SETS, Request
+from .structured_prompts import SETS, Request, pass_requests
 
 if TYPE_CHECKING:
     from .runner import Runner
@@ -246,11 +249,14 @@ def run_case(runner: "Runner", case: Case) -> List[Row]:
         for p in case.prompts:
             reqs = SETS[p.name]
             full = [case.n_gen] * len(reqs)
-            for key, srv in servers.items():              # warm-up: first batch shapes
-                run_pass(srv.port, reqs[:case.concurrency], concurrency=case.concurrency,
-                         max_tokens=[8] * len(reqs), constrained=True,
+            # warm-up (first batch shapes) on the last group, which the first rounds do not send
+            warm = [reqs[i] for i in pass_requests(len(reqs), -1)][:case.concurrency]
+            for key, srv in servers.items():
+                run_pass(srv.port, warm, concurrency=case.concurrency,
+                         max_tokens=[8] * len(warm), constrained=True,
                          gbnf=key.side == LLAMA_SERVER)
-            # the unconstrained rows' caps: the constrained answers' lengths
+            # the unconstrained rows' caps: the constrained answers' lengths (plain decoding,
+            # which remembers no answer)
             srv = servers.get(_server_key(cplain))
             first = (run_pass(srv.port, reqs, concurrency=1, max_tokens=full, constrained=True)
                      if srv is not None else Pass(lengths=full))
@@ -258,14 +264,18 @@ def run_case(runner: "Runner", case: Case) -> List[Row]:
         names = [m for m in case.methods if m not in errors]
         for rep in range(runner.m.reps):
             for p in case.prompts:
-                reqs = SETS[p.name]
+                idx = pass_requests(len(SETS[p.name]), rep)
+                reqs = [SETS[p.name][i] for i in idx]
                 for m in names[rep % len(names):] + names[:rep % len(names)]:
-                    got = run_pass(servers[_server_key(m)].port, reqs,
-                                   concurrency=case.concurrency,
-                                   max_tokens=(caps[p.name] if not m.constraint
+                    port, gbnf = servers[_server_key(m)].port, m.side == LLAMA_SERVER
+                    # the prompts into the server's prompt cache, untimed (one token each):
+                    # the timed pass decodes, as it did when every round sent the same prompts
+                    run_pass(port, reqs, concurrency=case.concurrency, max_tokens=[1] * len(reqs),
+                             constrained=bool(m.constraint), gbnf=gbnf)
+                    got = run_pass(port, reqs, concurrency=case.concurrency,
+                                   max_tokens=([caps[p.name][i] for i in idx] if not m.constraint
                                                else [case.n_gen] * len(reqs)),
-                                   constrained=bool(m.constraint),
-                                   gbnf=m.side == LLAMA_SERVER)
+                                   constrained=bool(m.constraint), gbnf=gbnf)
                     passes[m][p.name].append(got)
                     runner._tick(f"{case.name} {p.name} {m.label}: {got.tok_s:.1f} tok/s")
     finally:
@@ -305,16 +315,53 @@ def _row(case: Case, prompt: str, m: Method, got: List[Pass], error: Optional[st
     return r
 
 
+#: verdicts of the exact check by what decides them (the model, the requests, the lengths,
+#: the methods): the cases of one run at concurrency 1 and 4 check the same requests in
+#: process, so the second takes the first's verdicts
+_VERDICTS: Dict[str, Tuple[str, str, Dict[str, str]]] = {}
+
+
 def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> None:
     """Exact mode, in-process: each specdec drafter's constrained output must equal
-    constrained plain decoding's, request by request; and constrained plain decoding under
-    llama-server's GBNF (``schema_gbnf``) must give the schema's answers, whole: the peer's
-    constrained rows get that verdict."""
+    constrained plain decoding's, request by request (every request of the sets); and
+    constrained plain decoding under llama-server's GBNF (``schema_gbnf``) must give the
+    schema's answers, whole: the peer's constrained rows get that verdict."""
+    n = runner.m.check_tokens
+    reqs = [r for p in case.prompts for r in SETS[p.name]]
+    checked = [m for m in case.methods if m.side == SPECDEC and m.constraint
+               and m.family != "plain"]
+    key = json.dumps([path, n, case.n_gen, runner.threads, [[r.text, r.schema] for r in reqs],
+                      [repr(m) for m in checked]], sort_keys=True)
+    if key not in _VERDICTS:
+        _VERDICTS[key] = (case.name, *_exact_verdicts(runner, case, path, reqs, checked))
+    else:
+        first, language, verdicts = _VERDICTS[key]
+        runner._tick(f"exact check {case.name}: the same requests as {first}")
+        runner._tick(f"exact check {case.name}: llama-server's GBNF gives the schema's answers: "
+                     f"{language}")
+        for m in checked:
+            runner._tick(f"exact check {case.name} {m.label}: {verdicts[m.label]} (as {first})")
+    _, language, verdicts = _VERDICTS[key]
+    for m in case.methods:
+        if m.side == LLAMA_SERVER and m.constraint:
+            verdict = language
+        elif m.side == SPECDEC and m.constraint:
+            verdict = "ref" if m.family == "plain" else verdicts[m.label]
+        else:
+            continue
+        for r in rows:
+            if r.method == m.label and r.status == "ok" and not r.check:
+                r.check = verdict
+
+
+def _exact_verdicts(runner: "Runner", case: Case, path: str, reqs: List[Request],
+                    checked: List[Method]) -> Tuple[str, Dict[str, str]]:
+    """``_exact_check``'s decodes: the verdict on llama-server's GBNF, and each of
+    ``checked``'s (by label)."""
     from .. import api
     from .._core import Model
 
     n = runner.m.check_tokens
-    reqs = [r for p in case.prompts for r in SETS[p.name]]
     model = Model(path, use_extra_bufts=False)
     n_ctx = max(512, max(len(model.tokenize(r.text)) for r in reqs) + max(n, case.n_gen) + 64)
 
@@ -335,21 +382,11 @@ def _exact_check(runner: "Runner", case: Case, path: str, rows: List[Row]) -> No
         language = f"error: {type(e).__name__}: {e}"
     runner._tick(f"exact check {case.name}: llama-server's GBNF gives the schema's answers: "
                  f"{language}")
-    for m in case.methods:
-        if m.side == LLAMA_SERVER and m.constraint:
-            for r in rows:
-                if r.method == m.label and r.status == "ok" and not r.check:
-                    r.check = language
-        if m.side != SPECDEC or not m.constraint:
-            continue
-        if m.family == "plain":
-            verdict = "ref"
-        else:
-            try:
-                verdict = "PASS" if outputs(m) == ref else "FAIL"
-            except Exception as e:  # noqa: BLE001
-                verdict = f"error: {type(e).__name__}: {e}"
-            runner._tick(f"exact check {case.name} {m.label}: {verdict}")
-        for r in rows:
-            if r.method == m.label and r.status == "ok" and not r.check:
-                r.check = verdict
+    verdicts: Dict[str, str] = {}
+    for m in checked:
+        try:
+            verdicts[m.label] = "PASS" if outputs(m) == ref else "FAIL"
+        except Exception as e:  # noqa: BLE001
+            verdicts[m.label] = f"error: {type(e).__name__}: {e}"
+        runner._tick(f"exact check {case.name} {m.label}: {verdicts[m.label]}")
+    return language, verdicts
