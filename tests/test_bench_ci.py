@@ -183,6 +183,68 @@ def test_exit_3_a_baseline_from_one_round(tiny, tmp_path, capsys):
     assert not (tmp_path / "b.json").exists()
 
 
+def _scaled(results, method, factor):
+    """``results`` whose rounds agree (each row's rounds at its median), with ``method``'s
+    speed times ``factor``: another run, as it were."""
+    other = json.loads(json.dumps(results))
+    for r in other["rows"]:
+        if r.get("tok_s_runs"):
+            r["tok_s_runs"] = [r["tok_s"]] * len(r["tok_s_runs"])
+        if r["method"] == method:
+            r["tok_s"] *= factor
+            r["tok_s_runs"] = [t * factor for t in r["tok_s_runs"]]
+    return other
+
+
+def test_a_baseline_from_several_runs_takes_their_median_and_their_spread(tiny, tmp_path):
+    # three runs of which the mtp method's speed moves by +-20%: the merged baseline holds
+    # each ratio at the runs' median, with a spread no smaller than the runs' differences
+    paths = [report.save_json(_scaled(tiny["results"], "specdec mtp n2", f),
+                              tmp_path / f"r{i}" / "results.json")
+             for i, f in enumerate((1.0, 1.2, 0.8))]
+    base = tmp_path / "merged.json"
+    out = tmp_path / "merged-report"
+    assert _bench(*[a for p in paths for a in ("--results", p)], "--out", out,
+                  "--save-baseline", base) == 0
+    merged = report.load_json(base)
+    runs = [report.load_results(p) for p in paths]
+    moved = [k for k, v in runs[0]["ratios"].items() if v["tracked"]
+             and runs[1]["ratios"][k]["value"] != v["value"]]
+    assert moved
+    for key, r in merged["ratios"].items():
+        values = [run["ratios"][key]["value"] for run in runs]
+        assert r["value"] == pytest.approx(sorted(values)[1]) and r["run_values"] == values
+        if key in moved:      # the runs' +-20% shows in the spread, their rounds agreeing
+            assert r["spread"] > 0.1 > max(run["ratios"][key]["spread"] for run in runs)
+        else:
+            assert r["spread"] == pytest.approx(0.0, abs=1e-9)
+    assert merged["merged_from"] == [str(p) for p in paths]
+    # the earlier runs' files are left as they were; the report went to --out
+    assert report.load_results(paths[0])["ratios"] == runs[0]["ratios"]
+    assert (out / "results.json").exists()
+    # each run passes the merged baseline's gate
+    for p in paths:
+        assert _bench("--results", p, "--compare", base) == 0
+
+
+def test_a_baseline_from_several_runs_refuses_runs_that_are_not_one_baselines(tiny, tmp_path,
+                                                                               capsys):
+    first = report.save_json(tiny["results"], tmp_path / "a" / "results.json")
+    other = json.loads(json.dumps(tiny["results"]))
+    other["machine"]["class"] = "some-other-cpu-64c"
+    second = report.save_json(other, tmp_path / "b" / "results.json")
+    assert _bench("--results", first, "--results", second, "--save-baseline",
+                  tmp_path / "m.json") == 3
+    _one_line_error(capsys, "not runs of one baseline", "some-other-cpu-64c")
+    partial = json.loads(json.dumps(tiny["results"]))
+    partial["progress"] = {"complete": False, "planned": ["x"], "completed": []}
+    third = report.save_json(partial, tmp_path / "c" / "results.json")
+    assert _bench("--results", first, "--results", third, "--save-baseline",
+                  tmp_path / "m.json") == 3
+    _one_line_error(capsys, "a partial run")
+    assert not (tmp_path / "m.json").exists()
+
+
 def test_help_documents_every_exit_code(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "--help"])

@@ -111,9 +111,12 @@ def parser() -> argparse.ArgumentParser:
                    f"{gate.SPREAD_FACTOR:g} x the baseline's spread of that ratio, within "
                    f"{gate.MIN_TOLERANCE:g}-{gate.MAX_TOLERANCE:g}; {gate.DEFAULT_MARGIN:g} for "
                    "a ratio without a spread)")
-    p.add_argument("--results", metavar="RESULTS.json",
+    p.add_argument("--results", metavar="RESULTS.json", action="append",
                    help="do not measure: report (and --compare) an earlier run's results, "
-                   "complete or partial")
+                   "complete or partial; given several times (complete runs of one matrix "
+                   "and machine), their merge: each ratio's median over the runs, its spread "
+                   "counting how far the runs differ (a baseline from several runs, with "
+                   "--save-baseline)")
     p.add_argument("--save-baseline", metavar="PATH", help="also write the tracked ratios and "
                    "their spreads as a baseline (refused from one round or a partial run)")
     p.add_argument("--no-peers", action="store_true", help="specdec only")
@@ -357,7 +360,7 @@ def _engine_mtp(args: argparse.Namespace, log: Callable[[str], None],
 
 
 def run(args: argparse.Namespace) -> int:
-    from . import report, report_md
+    from . import baseline_runs, report, report_md
 
     from tqdm import tqdm
 
@@ -382,10 +385,12 @@ def run(args: argparse.Namespace) -> int:
         return _engine_mtp(args, log)
     if args.results:
         try:
-            results = report.load_results(args.results)
+            runs = [report.load_results(r) for r in args.results]
+            results = runs[0] if len(runs) == 1 else baseline_runs.merge(runs, args.results)
         except report.BadInput as e:
             raise BadUsage(str(e)) from None
-        out = Path(args.out) if args.out else Path(args.results).parent
+        out = (Path(args.out) if args.out else Path(args.results[0]).parent if len(runs) == 1
+               else Path("specdec-bench") / f"merged-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     else:
         out = Path(args.out) if args.out else Path("specdec-bench") / (
             f"{_matrix_name(args)}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")

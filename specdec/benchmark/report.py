@@ -424,12 +424,14 @@ def progress_of(results: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def baseline_of(results: Dict[str, Any]) -> Dict[str, Any]:
-    """The small file kept in ``bench/baselines/``: machine, settings and tracked ratios."""
+    """The small file kept in ``bench/baselines/``: machine, settings and tracked ratios (and
+    the runs it was merged from: ``baseline_runs``)."""
     return {"schema": results.get("schema", 1), "matrix": results["matrix"],
             "machine": results["machine"], "settings": results["settings"],
             "wall_s": results.get("wall_s"),
             "ratios": {k: v for k, v in results["ratios"].items() if v["tracked"]},
-            "shown": {k: v for k, v in results["ratios"].items() if not v["tracked"]}}
+            "shown": {k: v for k, v in results["ratios"].items() if not v["tracked"]},
+            **({"merged_from": results["merged_from"]} if "merged_from" in results else {})}
 
 
 def ratios_from(results: Dict[str, Any]) -> Dict[str, float]:
