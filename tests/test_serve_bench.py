@@ -67,6 +67,8 @@ def test_benchmark_warms_every_server_with_every_prompt(monkeypatch, tmp_path):
             pass
 
     class FakeDecoder:
+        drafters = ()
+
         def __init__(self, *a, **k):
             self.seen = []
 
@@ -97,8 +99,69 @@ def test_benchmark_warms_every_server_with_every_prompt(monkeypatch, tmp_path):
     assert timed
     first_timed = timed[0]
     warm = calls[:first_timed]
-    ports = {c[0] for c in calls if c[0] != "decoder"}
+    ports = {c[0] for c in warm if c[0] != "decoder"}
+    assert len(ports) == len(serve.SPECDEC_DRAFTERS) + len(serve.SPECDEC_ADAPTIVE) + \
+        len(serve.LLAMA_SPEC_TYPES) + 2
     for port in ports:   # every server, every prompt, before the first timed pass
         seen = {p for c in warm if c[0] == port for p in c[1]}
         assert seen == set(prompts), port
     assert {c[1][0] for c in warm if c[0] == "decoder"} == set(prompts)
+
+
+def test_benchmark_gives_each_timed_pass_of_a_drafter_a_fresh_server(monkeypatch, tmp_path):
+    """The passes send the same prompts, and a drafter that remembers earlier answers (the
+    suffix corpus, ngram-mod) would recall the last pass's: each timed pass of a drafting
+    server runs on a server started for it and warmed with every prompt; the plain servers,
+    which remember no answer, keep theirs."""
+    from specdec.benchmark import serve
+    import specdec.api
+    import specdec.benchmark.llama_tools as lt
+    import specdec.models
+
+    events = []   # ("log", text) | (port, prompts, n_gen) | ("start", port) | ("stop", port)
+
+    class FakeServer:
+        def __init__(self, argv, port, log):
+            self.port = port
+            events.append(("start", port))
+
+        def stop(self):
+            events.append(("stop", self.port))
+
+    def fake_load(host, port, prompts, *, concurrency, n_gen, n_requests=None, extra=None):
+        events.append((port, tuple(prompts), n_gen))
+        r = serve.LoadResult(concurrency=concurrency, wall_s=1.0)
+        r.samples.append(serve.Sample(ttft_s=0.01, gaps_s=[0.01], n_tokens=n_gen,
+                                      latency_s=0.02))
+        return r
+
+    monkeypatch.setattr(serve, "ServerProcess", FakeServer)
+    monkeypatch.setattr(serve, "run_load", fake_load)
+    monkeypatch.setattr(specdec.models, "default_model_path", lambda: tmp_path / "m.gguf")
+    monkeypatch.setattr(lt, "ensure_tools", lambda names: {n: tmp_path / n for n in names})
+    prompts = set(serve.grounded_prompts())
+    serve.run(tmp_path / "out", n_gen=16, reps=3, concurrency=[4],
+              log=lambda s: events.append(("log", s)))
+    ports: dict = {}      # row -> the ports of its timed passes
+    row = None
+    for i, e in enumerate(events):
+        if e[0] == "log" and ", pass " in e[1]:
+            row = e[1].rsplit(": ", 1)[1]
+        elif e[0] not in ("log", "start", "stop") and e[2] == 16:
+            ports.setdefault(row, []).append(e[0])
+            warmed = {p for w in events[:i] if w[0] == e[0] and w[2] == serve.WARMUP_TOKENS
+                      for p in w[1]}
+            assert warmed == prompts, row      # every prompt, on this very server
+    assert ports and all(len(v) == 3 for v in ports.values())
+    for row, got in ports.items():
+        server = serve.SAMPLED.get(row, row)
+        if server in serve.PLAIN_SERVERS:
+            assert len(set(got)) == 1, row
+        elif server == row:
+            assert len(set(got)) == 3, row     # a new server for each pass
+    # a sampled row on a drafting server does not share a server with that row's passes
+    sfx = "specdec suffix adaptive"
+    assert not set(ports[sfx]) & set(ports[sfx + " t=1"])
+    # and every server started was stopped
+    started = [e[1] for e in events if e[0] == "start"]
+    assert sorted(started) == sorted(e[1] for e in events if e[0] == "stop")

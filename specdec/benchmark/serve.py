@@ -17,6 +17,14 @@ the passes time what a server under a steady workload does, decoding against pro
 seen. Without it the first server to take a prompt paid its prefill and the rows after it
 on the same server (the sampled rows) did not, which made the order of the rows a result.
 
+Every pass sends the same prompts, and a drafter that remembers earlier answers (specdec's
+suffix corpus, llama-server's ngram-mod) would recall the last pass's: at concurrency 1,
+``specdec serve --drafter suffix`` ran 90, 119 and 133 tok/s in three passes on one server
+(plain 73), and llama-server's ngram-mod 64, 66 and 81. So a drafting server is started
+afresh, and warmed up as above (8 tokens of each answer), for each timed pass after its
+first; the plain servers keep theirs, and the in-process ``Decoder`` forgets its drafters'
+text before each pass (``timed_sample.forget_texts``).
+
 Every OpenAI client that sends no ``temperature`` samples at 1.0, so a server's default path
 is sampled decoding: the ``SAMPLED`` rows send the same requests at temperature 1.0 (seeded)
 to the plain servers and to specdec's adaptive suffix drafter, and the ratios give specdec's
@@ -52,6 +60,9 @@ N_MAX = 8
 N_CTX = 4096      # per slot
 #: tokens per warm-up request (each server takes every prompt once before the timed passes)
 WARMUP_TOKENS = 8
+#: the servers without a drafter: they remember no earlier answer, so their passes share one
+#: server (a drafting server is started afresh for each timed pass: ``run``)
+PLAIN_SERVERS = ("specdec plain", "llama-server plain")
 #: the drafter of the HTTP-streaming-overhead check at concurrency 1
 HTTP_VS_DECODER = "ngram"
 #: the request fields of the sampled rows: OpenAI's default temperature, seeded
@@ -157,6 +168,7 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     ``n_gpu_layers``: layers on the device on both sides (``specdec bench --gpu``: -1, all).
     """
     from ..api import Decoder
+    from .timed_sample import forget_texts
     from ..models import default_model_path
     from .llama_tools import ensure_tools
 
@@ -185,14 +197,19 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
         log(f"serve bench: concurrency {c}: starting {len(argvs)} servers")
         servers: Dict[str, ServerProcess] = {}
         dec = None
+        served = set()     # the drafting servers that took a timed pass
+
+        def start(name: str) -> None:
+            """``name``'s server, started and warmed up: every prompt once, so that its prompt
+            cache holds the workload before a pass is timed (see the module's docstring)."""
+            port = free_port()
+            servers[name] = ServerProcess(argvs[name](port, c), port, logf)
+            run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=WARMUP_TOKENS,
+                     n_requests=len(prompts))
+
         try:
-            for name, argv in argvs.items():
-                port = free_port()
-                servers[name] = ServerProcess(argv(port, c), port, logf)
-                # warm-up: every prompt once, so that each server's prompt cache holds the
-                # workload before any pass is timed (see the module's docstring)
-                run_load("127.0.0.1", port, prompts, concurrency=c, n_gen=WARMUP_TOKENS,
-                         n_requests=len(prompts))
+            for name in argvs:
+                start(name)
             if c == 1:
                 # the server's prompt cache too: the same requests, only not through HTTP
                 dec = Decoder(model, drafter=HTTP_VS_DECODER, n_max=N_MAX, n_ctx=N_CTX,
@@ -206,9 +223,16 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
                 for name in names[rep % len(names):] + names[:rep % len(names)]:
                     log(f"serve bench: concurrency {c}, pass {rep + 1}/{reps}: {name}")
                     if name == direct:
+                        forget_texts(dec)
                         res = _decoder_pass(dec, prompts, n_gen)
                     else:
-                        res = run_load("127.0.0.1", servers[SAMPLED.get(name, name)].port,
+                        key = SAMPLED.get(name, name)
+                        if key in served:      # a drafter must not recall an earlier pass
+                            servers[key].stop()
+                            start(key)
+                        if key not in PLAIN_SERVERS:
+                            served.add(key)
+                        res = run_load("127.0.0.1", servers[key].port,
                                        prompts, concurrency=c, n_gen=n_gen,
                                        n_requests=max(c, len(prompts)),
                                        extra=SAMPLED_BODY if name in SAMPLED else None)
