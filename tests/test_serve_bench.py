@@ -48,6 +48,20 @@ def test_benchmark_prompts_and_report():
     assert "2 threads (Some CPU 9000)," in serve.markdown(results)
 
 
+def _fake_load(record):
+    """A ``run_load`` that records ``(port, prompts, n_gen)`` and answers every request with
+    ``n_gen`` tokens at once."""
+    from specdec.benchmark import serve
+
+    def fake_load(host, port, prompts, *, concurrency, n_gen, n_requests=None, extra=None):
+        record.append((port, tuple(prompts), n_gen))
+        r = serve.LoadResult(concurrency=concurrency, wall_s=1.0)
+        r.samples.append(serve.Sample(ttft_s=0.01, gaps_s=[0.01], n_tokens=n_gen,
+                                      latency_s=0.02))
+        return r
+    return fake_load
+
+
 def test_benchmark_warms_every_server_with_every_prompt(monkeypatch, tmp_path):
     """Each server takes every prompt once before any timed pass: both servers keep prompts,
     and without it the first row on a server paid the prefill that the rows after it on the
@@ -81,15 +95,8 @@ def test_benchmark_warms_every_server_with_every_prompt(monkeypatch, tmp_path):
         def close(self):
             pass
 
-    def fake_load(host, port, prompts, *, concurrency, n_gen, n_requests=None, extra=None):
-        calls.append((port, tuple(prompts), n_gen))
-        r = serve.LoadResult(concurrency=concurrency, wall_s=1.0)
-        r.samples.append(serve.Sample(ttft_s=0.01, gaps_s=[0.01], n_tokens=n_gen,
-                                      latency_s=0.02))
-        return r
-
     monkeypatch.setattr(serve, "ServerProcess", FakeServer)
-    monkeypatch.setattr(serve, "run_load", fake_load)
+    monkeypatch.setattr(serve, "run_load", _fake_load(calls))
     monkeypatch.setattr(specdec.api, "Decoder", FakeDecoder)
     monkeypatch.setattr(specdec.models, "default_model_path", lambda: tmp_path / "m.gguf")
     monkeypatch.setattr(lt, "ensure_tools", lambda names: {n: tmp_path / n for n in names})
@@ -128,15 +135,8 @@ def test_benchmark_gives_each_timed_pass_of_a_drafter_a_fresh_server(monkeypatch
         def stop(self):
             events.append(("stop", self.port))
 
-    def fake_load(host, port, prompts, *, concurrency, n_gen, n_requests=None, extra=None):
-        events.append((port, tuple(prompts), n_gen))
-        r = serve.LoadResult(concurrency=concurrency, wall_s=1.0)
-        r.samples.append(serve.Sample(ttft_s=0.01, gaps_s=[0.01], n_tokens=n_gen,
-                                      latency_s=0.02))
-        return r
-
     monkeypatch.setattr(serve, "ServerProcess", FakeServer)
-    monkeypatch.setattr(serve, "run_load", fake_load)
+    monkeypatch.setattr(serve, "run_load", _fake_load(events))
     monkeypatch.setattr(specdec.models, "default_model_path", lambda: tmp_path / "m.gguf")
     monkeypatch.setattr(lt, "ensure_tools", lambda names: {n: tmp_path / n for n in names})
     prompts = set(serve.grounded_prompts())
