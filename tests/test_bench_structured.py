@@ -137,3 +137,24 @@ def test_the_exact_check_decodes_once_for_both_concurrencies(monkeypatch):
     monkeypatch.setattr(structured, "SETS", {**sets, "extract": (Request("Extract: beta", LABEL),)})
     structured._exact_check(runner, c4, "m.gguf", [])
     assert calls == ["structured-c1", "structured-c4"]
+
+
+def test_a_structured_case_whose_servers_all_fail_reports_why(tmp_path, monkeypatch):
+    # no server started (a missing dependency, a port in use): the rows say why, no crash
+    model = str(write_tiny_chat(tmp_path / "tiny.gguf", "chatml", chat_template=None,
+                                reply="Hi_thEre!"))
+    monkeypatch.setattr(CaseModels, "target", lambda self, case: model)
+    monkeypatch.setattr(structured, "SETS", {"extract": (Request("Extract: alpha", LABEL),),
+                                             "classify": (Request("Classify: x", LABEL),)})
+
+    def none_start(runner, case, model, log_path, errors):
+        for m in case.methods:
+            errors[m] = "RuntimeError: the server did not start"
+        return {}
+
+    monkeypatch.setattr(structured, "_start_servers", none_start)
+    case = matrix.structured_cases(n_gen=16)[0]
+    runner = Runner(matrix.Matrix("t", (case,), reps=2, check_tokens=16), peers_enabled=False,
+                    log=lambda s: None)
+    rows = structured.run_case(runner, case)
+    assert rows and all(r.status == "unavailable" and "did not start" in r.note for r in rows)

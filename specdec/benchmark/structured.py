@@ -262,7 +262,7 @@ def run_case(runner: "Runner", case: Case) -> List[Row]:
                      if srv is not None else Pass(lengths=full))
             caps[p.name] = [n or case.n_gen for n in first.lengths]
         names = [m for m in case.methods if m not in errors]
-        for rep in range(runner.m.reps):
+        for rep in range(runner.m.reps if names else 0):     # no server up: the rows say why
             for p in case.prompts:
                 idx = pass_requests(len(SETS[p.name]), rep)
                 reqs = [SETS[p.name][i] for i in idx]
