@@ -53,8 +53,7 @@ from ._cpu import cpu_model
 
 #: bump when the measurement or the record changes meaning, or when either head's cost does
 #: (4: the lazy head's fused pass tiled, one read of the weights for any number of rows, and
-#: two rows per 512-bit register with AVX-512 VNNI):
-#: older records are then ignored
+#: two rows per 512-bit register with AVX-512 VNNI): older records are then ignored
 FORMAT = 4
 #: the sub-directory of the cache dir holding the records
 KIND = "head-choice"

@@ -168,9 +168,9 @@ def run(out_dir: Path, *, n_gen: int = 64, reps: int = 2, threads: int = 2,
     ``n_gpu_layers``: layers on the device on both sides (``specdec bench --gpu``: -1, all).
     """
     from ..api import Decoder
-    from .timed_sample import forget_texts
     from ..models import default_model_path
     from .llama_tools import ensure_tools
+    from .timed_sample import forget_texts
 
     model = str(default_model_path())
     prompts = grounded_prompts()
